@@ -1,0 +1,3 @@
+DROP TABLE payments;
+DROP TABLE api_keys;
+DROP TABLE merchants;

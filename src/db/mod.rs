@@ -1,0 +1,221 @@
+//! One database layer for PostgreSQL and SQLite: a diesel `MultiConnection` behind an r2d2
+//! pool, the backend chosen from the `DATABASE_URL` scheme.
+
+pub mod merchants;
+pub mod payments;
+pub mod schema;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::r2d2::{self, ManageConnection, R2D2Connection};
+use diesel::result::{ConnectionError, DatabaseErrorKind, Error as DieselError};
+use diesel::{Connection, PgConnection, SqliteConnection};
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+
+use crate::config::ConfigError;
+
+#[derive(diesel::MultiConnection)]
+pub enum DbConnection {
+    Postgres(PgConnection),
+    Sqlite(SqliteConnection),
+}
+
+pub type Pool = r2d2::Pool<ConnectionManager>;
+
+const PG_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+
+/// Where the data lives, parsed from `DATABASE_URL`. Anything but the known schemes is
+/// refused, so a typo never silently becomes a new SQLite file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseTarget {
+    Postgres(String),
+    Sqlite(PathBuf),
+}
+
+impl DatabaseTarget {
+    pub fn parse(url: &str) -> Result<Self, ConfigError> {
+        let url = url.trim();
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Self::Postgres(url.to_owned()))
+        } else if let Some(path) = url.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err(ConfigError::new(
+                    "DATABASE_URL",
+                    "sqlite:// needs a file path",
+                ));
+            }
+            Ok(Self::Sqlite(PathBuf::from(path)))
+        } else {
+            Err(ConfigError::new(
+                "DATABASE_URL",
+                "expected postgres://…, postgresql://… or sqlite://PATH",
+            ))
+        }
+    }
+}
+
+/// Connects to the backend the URL names, so a connection failure reaches the log with
+/// its real cause (the derive's own `establish` only says the URL was not understood).
+#[derive(Debug)]
+pub struct ConnectionManager {
+    target: DatabaseTarget,
+}
+
+impl ManageConnection for ConnectionManager {
+    type Connection = DbConnection;
+    type Error = r2d2::Error;
+
+    fn connect(&self) -> Result<DbConnection, r2d2::Error> {
+        match &self.target {
+            DatabaseTarget::Postgres(url) => PgConnection::establish(url)
+                .map(DbConnection::Postgres)
+                .map_err(r2d2::Error::ConnectionError),
+            DatabaseTarget::Sqlite(path) => {
+                let path = path.to_str().ok_or_else(|| {
+                    r2d2::Error::ConnectionError(ConnectionError::BadConnection(
+                        "the SQLite path is not valid UTF-8".into(),
+                    ))
+                })?;
+                let mut conn =
+                    SqliteConnection::establish(path).map_err(r2d2::Error::ConnectionError)?;
+                // Without both a busy timeout and WAL, concurrent writers fail with
+                // "database is locked" instead of queueing.
+                conn.batch_execute(
+                    "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; \
+                     PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+                )
+                .map_err(r2d2::Error::QueryError)?;
+                Ok(DbConnection::Sqlite(conn))
+            }
+        }
+    }
+
+    fn is_valid(&self, conn: &mut DbConnection) -> Result<(), r2d2::Error> {
+        conn.batch_execute("SELECT 1")
+            .map_err(r2d2::Error::QueryError)
+    }
+
+    fn has_broken(&self, conn: &mut DbConnection) -> bool {
+        std::thread::panicking()
+            || match conn {
+                DbConnection::Postgres(c) => c.is_broken(),
+                DbConnection::Sqlite(c) => c.is_broken(),
+            }
+    }
+}
+
+/// How long a request may wait for a pooled connection before it answers 503.
+const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(3);
+
+pub fn build_pool(target: DatabaseTarget, max_size: u32) -> Result<Pool, String> {
+    if let DatabaseTarget::Sqlite(path) = &target
+        && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create directory {}: {e}", dir.display()))?;
+    }
+    r2d2::Pool::builder()
+        .max_size(max_size)
+        .min_idle(Some(1))
+        .connection_timeout(CHECKOUT_TIMEOUT)
+        .build(ConnectionManager { target })
+        .map_err(|e| format!("cannot connect to the database: {e}"))
+}
+
+/// Applies the embedded migrations of the connection's backend. On PostgreSQL an advisory
+/// lock makes instances that start together take turns.
+pub fn run_migrations(conn: &mut DbConnection) -> Result<(), String> {
+    let describe = |e: Box<dyn std::error::Error + Send + Sync>| format!("migration failed: {e}");
+    match conn {
+        DbConnection::Postgres(c) => {
+            const LOCK: &str = "SELECT pg_advisory_lock(72707369)";
+            c.batch_execute(LOCK).map_err(|e| e.to_string())?;
+            let result = c
+                .run_pending_migrations(PG_MIGRATIONS)
+                .map(|_| ())
+                .map_err(describe);
+            c.batch_execute("SELECT pg_advisory_unlock(72707369)")
+                .map_err(|e| e.to_string())?;
+            result
+        }
+        DbConnection::Sqlite(c) => c
+            .run_pending_migrations(SQLITE_MIGRATIONS)
+            .map(|_| ())
+            .map_err(describe),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error("unique violation: {0}")]
+    UniqueViolation(String),
+    #[error("query failed: {0}")]
+    Query(DieselError),
+    #[error("database task failed")]
+    TaskFailed,
+}
+
+impl From<DieselError> for DbError {
+    fn from(e: DieselError) -> Self {
+        match e {
+            DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, info) => {
+                Self::UniqueViolation(info.message().to_owned())
+            }
+            DieselError::DatabaseError(
+                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+                info,
+            ) => Self::Unavailable(info.message().to_owned()),
+            other => Self::Query(other),
+        }
+    }
+}
+
+impl From<DbError> for crate::error::ApiError {
+    fn from(e: DbError) -> Self {
+        match e {
+            DbError::Unavailable(cause) => {
+                tracing::warn!(%cause, "database unavailable");
+                Self::ServiceUnavailable
+            }
+            other => Self::internal(other),
+        }
+    }
+}
+
+/// The pool, and the one way to use it from async code: on the blocking thread pool, so a
+/// slow query never stalls an HTTP worker.
+#[derive(Clone)]
+pub struct Db {
+    pool: Pool,
+}
+
+impl Db {
+    pub fn new(pool: Pool) -> Self {
+        Self { pool }
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub async fn run<T, F>(&self, f: F) -> Result<T, DbError>
+    where
+        F: FnOnce(&mut DbConnection) -> Result<T, DieselError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let pool = self.pool.clone();
+        actix_web::rt::task::spawn_blocking(move || {
+            let mut conn = pool
+                .get()
+                .map_err(|e| DbError::Unavailable(e.to_string()))?;
+            f(&mut conn).map_err(DbError::from)
+        })
+        .await
+        .map_err(|_| DbError::TaskFailed)?
+    }
+}

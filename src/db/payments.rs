@@ -1,0 +1,198 @@
+//! Payment rows. Every update that moves a payment is guarded by the state it expects
+//! (`WHERE status = 'processing'`, `WHERE lease_token = ?`), so two actors can never both
+//! apply a transition.
+
+use chrono::Duration;
+use diesel::prelude::*;
+
+use super::DbConnection;
+use super::schema::payments;
+use crate::domain::Timestamp;
+
+const PROCESSING: &str = "processing";
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = payments)]
+pub struct PaymentRow {
+    pub id: String,
+    pub merchant_id: String,
+    pub idempotency_key: String,
+    pub request_fingerprint: String,
+    pub amount: i64,
+    pub currency: String,
+    pub payment_method: String,
+    pub customer_id: Option<String>,
+    pub description: Option<String>,
+    /// Canonical JSON object of string values.
+    pub metadata: String,
+    pub status: String,
+    pub amount_refunded: i64,
+    pub provider_charge_id: Option<String>,
+    pub failure_code: Option<String>,
+    pub failure_message: Option<String>,
+    pub response_status: Option<i32>,
+    pub response_body: Option<String>,
+    pub lease_token: Option<String>,
+    pub lease_expires_at: Option<Timestamp>,
+    pub provider_attempts: i32,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+impl PaymentRow {
+    /// Nobody owns the payment: the lease was given up or has run out.
+    pub fn lease_is_free(&self, now: Timestamp) -> bool {
+        self.lease_expires_at.is_none_or(|until| until <= now)
+    }
+}
+
+/// The claim: the insert whose unique (merchant_id, idempotency_key) decides the winner.
+/// A lost race comes back as `UniqueViolation`.
+pub fn insert(conn: &mut DbConnection, row: &PaymentRow) -> QueryResult<()> {
+    diesel::insert_into(payments::table)
+        .values(row)
+        .execute(conn)
+        .map(|_| ())
+}
+
+pub fn find_by_idempotency_key(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+    key: &str,
+) -> QueryResult<Option<PaymentRow>> {
+    payments::table
+        .filter(payments::merchant_id.eq(merchant_id))
+        .filter(payments::idempotency_key.eq(key))
+        .select(PaymentRow::as_select())
+        .first(conn)
+        .optional()
+}
+
+pub fn find(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+    id: &str,
+) -> QueryResult<Option<PaymentRow>> {
+    payments::table
+        .filter(payments::id.eq(id))
+        .filter(payments::merchant_id.eq(merchant_id))
+        .select(PaymentRow::as_select())
+        .first(conn)
+        .optional()
+}
+
+/// Takes over an unfinished payment whose lease is free. Returns whether this caller won;
+/// of many callers at once exactly one does.
+pub fn take_over(
+    conn: &mut DbConnection,
+    id: &str,
+    token: &str,
+    now: Timestamp,
+    lease: Duration,
+) -> QueryResult<bool> {
+    diesel::update(
+        payments::table
+            .filter(payments::id.eq(id))
+            .filter(payments::status.eq(PROCESSING))
+            .filter(
+                payments::lease_expires_at
+                    .is_null()
+                    .or(payments::lease_expires_at.le(now)),
+            ),
+    )
+    .set((
+        payments::lease_token.eq(token),
+        payments::lease_expires_at.eq(now + lease),
+        payments::provider_attempts.eq(payments::provider_attempts + 1),
+    ))
+    .execute(conn)
+    .map(|n| n == 1)
+}
+
+/// Writes the final state and the response every retry will replay. Only a payment still
+/// `processing` can be finished, whoever holds the lease: the provider's answer for one
+/// idempotency key is the same for everyone. Returns false if it was already final.
+pub fn finish(conn: &mut DbConnection, row: &PaymentRow) -> QueryResult<bool> {
+    diesel::update(
+        payments::table
+            .filter(payments::id.eq(&row.id))
+            .filter(payments::status.eq(PROCESSING)),
+    )
+    .set((
+        payments::status.eq(&row.status),
+        payments::provider_charge_id.eq(&row.provider_charge_id),
+        payments::failure_code.eq(&row.failure_code),
+        payments::failure_message.eq(&row.failure_message),
+        payments::response_status.eq(row.response_status),
+        payments::response_body.eq(&row.response_body),
+        payments::lease_token.eq(None::<String>),
+        payments::lease_expires_at.eq(None::<Timestamp>),
+        payments::updated_at.eq(row.updated_at),
+    ))
+    .execute(conn)
+    .map(|n| n == 1)
+}
+
+/// Gives up the lease of an unfinished payment (outcome unknown or pending), so that a
+/// retry can take it over at once. Only the owner of the lease can give it up.
+pub fn release(
+    conn: &mut DbConnection,
+    id: &str,
+    token: &str,
+    provider_charge_id: Option<&str>,
+    now: Timestamp,
+) -> QueryResult<bool> {
+    diesel::update(
+        payments::table
+            .filter(payments::id.eq(id))
+            .filter(payments::status.eq(PROCESSING))
+            .filter(payments::lease_token.eq(token)),
+    )
+    .set((
+        payments::provider_charge_id.eq(provider_charge_id),
+        payments::lease_token.eq(None::<String>),
+        payments::lease_expires_at.eq(None::<Timestamp>),
+        payments::updated_at.eq(now),
+    ))
+    .execute(conn)
+    .map(|n| n == 1)
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub limit: i64,
+    pub starting_after: Option<String>,
+    pub status: Option<String>,
+    pub customer_id: Option<String>,
+}
+
+/// Newest first (ids are time-ordered), `limit + 1` rows so the caller can tell `has_more`.
+pub fn list(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+    filter: &ListFilter,
+) -> QueryResult<Vec<PaymentRow>> {
+    let mut query = payments::table
+        .filter(payments::merchant_id.eq(merchant_id))
+        .select(PaymentRow::as_select())
+        .order(payments::id.desc())
+        .limit(filter.limit + 1)
+        .into_boxed();
+    if let Some(cursor) = &filter.starting_after {
+        query = query.filter(payments::id.lt(cursor));
+    }
+    if let Some(status) = &filter.status {
+        query = query.filter(payments::status.eq(status));
+    }
+    if let Some(customer) = &filter.customer_id {
+        query = query.filter(payments::customer_id.eq(customer));
+    }
+    query.load(conn)
+}
+
+pub fn count_for_merchant(conn: &mut DbConnection, merchant_id: &str) -> QueryResult<i64> {
+    payments::table
+        .filter(payments::merchant_id.eq(merchant_id))
+        .count()
+        .get_result(conn)
+}

@@ -1,0 +1,74 @@
+use std::fmt;
+
+/// `pay_` + a UUIDv7 in simple form: opaque to clients, time-ordered for us, so that
+/// "newest first" is "largest id first" and a cursor is just an id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PaymentId(String);
+
+impl PaymentId {
+    pub const PREFIX: &'static str = "pay_";
+
+    pub fn generate() -> Self {
+        Self(format!("{}{}", Self::PREFIX, uuid::Uuid::now_v7().simple()))
+    }
+
+    /// A syntactically valid id (used for cursors); whether it exists is the database's to say.
+    pub fn parse(raw: &str) -> Option<Self> {
+        let hex = raw.strip_prefix(Self::PREFIX)?;
+        (hex.len() == 32
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        .then(|| Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PaymentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A new secret API key: 256 random bits from the OS generator (through UUIDv4).
+pub fn new_api_key() -> String {
+    format!(
+        "sk_test_{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+/// Names the request that owns a payment's lease, so that only the owner can release it.
+pub fn new_lease_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PaymentId;
+
+    #[test]
+    fn ids_are_time_ordered_and_parse_back() {
+        let a = PaymentId::generate();
+        let b = PaymentId::generate();
+        assert!(a < b, "{a} should sort before {b}");
+        assert_eq!(PaymentId::parse(a.as_str()), Some(a));
+    }
+
+    #[test]
+    fn rejects_foreign_ids() {
+        for bad in [
+            "",
+            "pay_",
+            "re_0190a0b0c0d0e0f00000000000000000",
+            "pay_XYZ",
+            "pay_0190",
+        ] {
+            assert!(PaymentId::parse(bad).is_none(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Domain types that can only exist valid: parse once at the edge, trust inside.
+
+mod amount;
+mod currency;
+mod idempotency_key;
+mod ids;
+mod time;
+
+pub use amount::Amount;
+pub use currency::Currency;
+pub use idempotency_key::IdempotencyKey;
+pub use ids::{PaymentId, new_api_key, new_lease_token};
+pub use time::{Timestamp, format_timestamp, now};

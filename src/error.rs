@@ -1,0 +1,187 @@
+//! Every error the API answers, as RFC 9457 problem details with a stable `code`.
+
+use actix_web::http::{StatusCode, header};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{detail}")]
+    InvalidRequest {
+        detail: String,
+        param: Option<String>,
+    },
+    #[error("this request requires an Idempotency-Key header")]
+    IdempotencyKeyMissing,
+    #[error("{0}")]
+    IdempotencyKeyInvalid(&'static str),
+    #[error("missing or invalid API key")]
+    Unauthorized,
+    #[error("{0}")]
+    InvalidSignature(&'static str),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("method not allowed on this route")]
+    MethodNotAllowed,
+    #[error("the first request with this Idempotency-Key is still being processed; retry later")]
+    IdempotencyKeyInUse { retry_after_secs: u64 },
+    #[error("{0}")]
+    PaymentNotRefundable(String),
+    #[error("this webhook id was already received with a different body")]
+    WebhookIdConflict,
+    #[error("the request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("the request body must be JSON (Content-Type: application/json)")]
+    UnsupportedMediaType,
+    #[error("this Idempotency-Key was already used with a different request")]
+    IdempotencyKeyReused,
+    #[error("{0}")]
+    AmountExceedsRefundable(String),
+    #[error("the database is unavailable; retry later")]
+    ServiceUnavailable,
+    /// The cause is logged, never sent.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+#[derive(Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    title: &'a str,
+    status: u16,
+    detail: String,
+    code: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    param: Option<&'a str>,
+}
+
+impl ApiError {
+    pub fn invalid(param: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::InvalidRequest {
+            detail: detail.into(),
+            param: Some(param.into()),
+        }
+    }
+
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        Self::Internal(cause.to_string())
+    }
+
+    /// The stable, machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest { .. } => "invalid_request",
+            Self::IdempotencyKeyMissing => "idempotency_key_missing",
+            Self::IdempotencyKeyInvalid(_) => "idempotency_key_invalid",
+            Self::Unauthorized => "unauthorized",
+            Self::InvalidSignature(_) => "invalid_signature",
+            Self::NotFound(_) => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::IdempotencyKeyInUse { .. } => "idempotency_key_in_use",
+            Self::PaymentNotRefundable(_) => "payment_not_refundable",
+            Self::WebhookIdConflict => "webhook_id_conflict",
+            Self::PayloadTooLarge { .. } => "payload_too_large",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::IdempotencyKeyReused => "idempotency_key_reused",
+            Self::AmountExceedsRefundable(_) => "amount_exceeds_refundable",
+            Self::ServiceUnavailable => "service_unavailable",
+            Self::Internal(_) => "internal_error",
+        }
+    }
+
+    fn title(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest { .. } => "Invalid request",
+            Self::IdempotencyKeyMissing => "Idempotency-Key missing",
+            Self::IdempotencyKeyInvalid(_) => "Idempotency-Key invalid",
+            Self::Unauthorized => "Unauthorized",
+            Self::InvalidSignature(_) => "Invalid webhook signature",
+            Self::NotFound(_) => "Not found",
+            Self::MethodNotAllowed => "Method not allowed",
+            Self::IdempotencyKeyInUse { .. } => "Idempotency-Key in use",
+            Self::PaymentNotRefundable(_) => "Payment not refundable",
+            Self::WebhookIdConflict => "Webhook id conflict",
+            Self::PayloadTooLarge { .. } => "Payload too large",
+            Self::UnsupportedMediaType => "Unsupported media type",
+            Self::IdempotencyKeyReused => "Idempotency-Key reused",
+            Self::AmountExceedsRefundable(_) => "Amount exceeds refundable",
+            Self::ServiceUnavailable => "Service unavailable",
+            Self::Internal(_) => "Internal server error",
+        }
+    }
+
+    fn detail(&self) -> String {
+        match self {
+            Self::Internal(_) => "an unexpected error occurred; it has been logged".to_owned(),
+            other => other.to_string(),
+        }
+    }
+
+    fn param(&self) -> Option<&str> {
+        match self {
+            Self::InvalidRequest { param, .. } => param.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::InvalidRequest { .. }
+            | Self::IdempotencyKeyMissing
+            | Self::IdempotencyKeyInvalid(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized | Self::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::IdempotencyKeyInUse { .. }
+            | Self::PaymentNotRefundable(_)
+            | Self::WebhookIdConflict => StatusCode::CONFLICT,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::IdempotencyKeyReused | Self::AmountExceedsRefundable(_) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            Self::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        if let Self::Internal(cause) = self {
+            tracing::error!(%cause, "internal error");
+        }
+        let code = self.code();
+        let problem = Problem {
+            kind: format!("https://payments-api.dev/problems/{code}"),
+            title: self.title(),
+            status: status.as_u16(),
+            detail: self.detail(),
+            code,
+            param: self.param(),
+        };
+        let mut response = HttpResponse::build(status);
+        response.insert_header((header::CONTENT_TYPE, PROBLEM_JSON));
+        match self {
+            Self::IdempotencyKeyInUse { retry_after_secs } => {
+                response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
+            }
+            Self::ServiceUnavailable => {
+                response.insert_header((header::RETRY_AFTER, "1"));
+            }
+            Self::Unauthorized => {
+                response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+            }
+            _ => {}
+        }
+        // Serialising a struct of strings cannot fail; fall back to a fixed body regardless.
+        let body = serde_json::to_string(&problem).unwrap_or_else(|_| {
+            r#"{"type":"about:blank","title":"Internal server error","status":500,"code":"internal_error"}"#.to_owned()
+        });
+        response.body(body)
+    }
+}

@@ -1,0 +1,14 @@
+//! `payments-api`: a payment API that charges at most once per request, however often the
+//! request is sent, by however many clients, through whatever crash or lost response.
+
+pub mod auth;
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod error;
+pub mod idempotency;
+pub mod payments;
+pub mod provider;
+pub mod routes;
+pub mod startup;
+pub mod telemetry;

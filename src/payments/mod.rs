@@ -1,0 +1,282 @@
+//! Creating and reading payments: where the charge is made.
+//!
+//! ```text
+//! client ──POST──▶ claim: INSERT payment (unique merchant+key) ──won──▶ drive: call provider
+//!                    │                                                  │ (no DB connection held)
+//!                    └─lost─▶ follow: same fingerprint?                 ▼
+//!                              no  → 422 idempotency_key_reused       finish: UPDATE … WHERE status='processing'
+//!                              final → replay stored response         (stores the response every retry replays)
+//!                              running → wait (in-process channel,
+//!                                        or polling with backoff) → replay or 409
+//!                              lease free → take over → drive
+//! ```
+
+pub mod request;
+pub mod view;
+
+use std::time::{Duration, Instant};
+
+use crate::auth::Merchant;
+use crate::db::DbError;
+use crate::db::payments::{self as rows, ListFilter, PaymentRow};
+use crate::domain::{IdempotencyKey, PaymentId, new_lease_token, now};
+use crate::error::ApiError;
+use crate::idempotency::{Answer, wait_for_outcome};
+use crate::provider::{Charge, ChargeRequest, ProviderStatus};
+use crate::startup::AppState;
+
+pub use request::NewPayment;
+pub use view::PaymentStatus;
+
+/// How long a duplicate told "in use" should wait before retrying.
+const RETRY_AFTER_SECS: u64 = 1;
+/// Polling bounds for duplicates whose first request runs in another instance.
+const POLL_FIRST: Duration = Duration::from_millis(20);
+const POLL_MAX: Duration = Duration::from_millis(250);
+
+pub async fn create_payment(
+    state: &AppState,
+    merchant: &Merchant,
+    key: IdempotencyKey,
+    request: NewPayment,
+) -> Result<Answer, ApiError> {
+    let created_at = now();
+    let token = new_lease_token();
+    let claim = PaymentRow {
+        id: PaymentId::generate().to_string(),
+        merchant_id: merchant.id.clone(),
+        idempotency_key: key.as_str().to_owned(),
+        request_fingerprint: request.fingerprint(),
+        amount: request.amount.minor_units(),
+        currency: request.currency.as_str().to_owned(),
+        metadata: request.metadata_json(),
+        payment_method: request.payment_method,
+        customer_id: request.customer_id,
+        description: request.description,
+        status: PaymentStatus::Processing.as_str().to_owned(),
+        amount_refunded: 0,
+        provider_charge_id: None,
+        failure_code: None,
+        failure_message: None,
+        response_status: None,
+        response_body: None,
+        lease_token: Some(token.clone()),
+        lease_expires_at: Some(created_at + lease(state)),
+        provider_attempts: 1,
+        created_at,
+        updated_at: created_at,
+    };
+
+    // The database decides the winner: of all requests with this key, exactly one insert
+    // succeeds, and only that request calls the provider.
+    let inserted = {
+        let claim = claim.clone();
+        state.db.run(move |conn| rows::insert(conn, &claim)).await
+    };
+    match inserted {
+        Ok(()) => {
+            tracing::info!(payment_id = %claim.id, "payment claimed");
+            return drive_detached(state, claim, token).await;
+        }
+        Err(DbError::UniqueViolation(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+
+    let (merchant_id, key_text) = (merchant.id.clone(), key.as_str().to_owned());
+    let existing = state
+        .db
+        .run(move |conn| rows::find_by_idempotency_key(conn, &merchant_id, &key_text))
+        .await?
+        .ok_or_else(|| ApiError::internal("idempotency key conflict without a stored payment"))?;
+    if existing.request_fingerprint != claim.request_fingerprint {
+        return Err(ApiError::IdempotencyKeyReused);
+    }
+    follow(state, existing).await
+}
+
+/// A duplicate of an existing payment: replay it if final, take it over if nobody owns it,
+/// otherwise wait up to `IDEMPOTENCY_WAIT_MS` for the request that owns it.
+async fn follow(state: &AppState, mut row: PaymentRow) -> Result<Answer, ApiError> {
+    let deadline = Instant::now() + state.settings.idempotency_wait;
+    let mut poll = POLL_FIRST;
+    loop {
+        if let Some(answer) = stored_answer(&row) {
+            return Ok(answer.replayed());
+        }
+        if row.lease_is_free(now()) {
+            let token = new_lease_token();
+            let (id, t, lease) = (row.id.clone(), token.clone(), lease(state));
+            if state
+                .db
+                .run(move |conn| rows::take_over(conn, &id, &t, now(), lease))
+                .await?
+            {
+                tracing::info!(payment_id = %row.id, "payment taken over");
+                return drive_detached(state, row, token).await;
+            }
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(ApiError::IdempotencyKeyInUse {
+                retry_after_secs: RETRY_AFTER_SECS,
+            });
+        }
+        // Running in this process: wake exactly when it settles. It may end with 202
+        // (outcome unknown); its duplicates answer 202 too rather than all retrying at once.
+        if let Some(answer) = wait_for_outcome(&state.inflight, &row.id, remaining).await {
+            return Ok(if answer.is_final() {
+                answer.replayed()
+            } else {
+                answer
+            });
+        }
+        if state.inflight.subscribe(&row.id).is_none() {
+            // Running elsewhere (another instance), or it just ended: poll with backoff.
+            actix_web::rt::time::sleep(poll.min(remaining)).await;
+            poll = (poll * 2).min(POLL_MAX);
+        }
+        let (merchant_id, id) = (row.merchant_id.clone(), row.id.clone());
+        row = state
+            .db
+            .run(move |conn| rows::find(conn, &merchant_id, &id))
+            .await?
+            .ok_or_else(|| ApiError::internal("payment vanished while waiting"))?;
+    }
+}
+
+fn stored_answer(row: &PaymentRow) -> Option<Answer> {
+    let status = u16::try_from(row.response_status?).ok()?;
+    Some(Answer::new(status, row.response_body.clone()?))
+}
+
+fn lease(state: &AppState) -> chrono::Duration {
+    chrono::Duration::from_std(state.settings.processing_lease).unwrap_or(chrono::Duration::MAX)
+}
+
+/// Runs the provider call on its own task, so that a client hanging up mid-request does
+/// not abandon a charge half-way: the work finishes and its outcome is stored regardless.
+async fn drive_detached(
+    state: &AppState,
+    row: PaymentRow,
+    token: String,
+) -> Result<Answer, ApiError> {
+    let state = state.clone();
+    actix_web::rt::spawn(async move { drive(&state, row, token).await })
+        .await
+        .map_err(|e| ApiError::internal(format!("payment task failed: {e}")))?
+}
+
+/// Holds the lease of `row`: asks the provider (with our payment id as its idempotency
+/// key, so asking again can never charge twice) and records what it said.
+pub async fn drive(state: &AppState, row: PaymentRow, token: String) -> Result<Answer, ApiError> {
+    let inflight = state.inflight.register(&row.id);
+    let request = ChargeRequest {
+        amount: row.amount,
+        currency: row.currency.clone(),
+        payment_method: row.payment_method.clone(),
+        reference: row.id.clone(),
+    };
+    let answer = match state.provider.create_charge(&row.id, &request).await {
+        Ok(charge) if charge.status != ProviderStatus::Pending => {
+            finish(state, row, charge).await?
+        }
+        Ok(charge) => {
+            tracing::info!(payment_id = %row.id, charge_id = %charge.id, "charge pending at the provider");
+            release(state, row, &token, Some(charge.id)).await?
+        }
+        Err(unknown) => {
+            tracing::warn!(payment_id = %row.id, error = %unknown, "charge outcome unknown");
+            release(state, row, &token, None).await?
+        }
+    };
+    inflight.settle(&answer);
+    Ok(answer)
+}
+
+/// Records a final provider answer. If someone else (a webhook, another instance) finished
+/// the payment first, their stored answer is the answer.
+async fn finish(state: &AppState, mut row: PaymentRow, charge: Charge) -> Result<Answer, ApiError> {
+    row.status = match charge.status {
+        ProviderStatus::Succeeded => PaymentStatus::Succeeded,
+        _ => PaymentStatus::Failed,
+    }
+    .as_str()
+    .to_owned();
+    row.provider_charge_id = Some(charge.id);
+    row.failure_code = charge.failure_code;
+    row.failure_message = charge.failure_message;
+    row.lease_token = None;
+    row.lease_expires_at = None;
+    row.updated_at = now();
+    let body = view::render(&row)?;
+    row.response_status = Some(201);
+    row.response_body = Some(body.clone());
+
+    let (id, merchant_id) = (row.id.clone(), row.merchant_id.clone());
+    if state.db.run(move |conn| rows::finish(conn, &row)).await? {
+        tracing::info!(payment_id = %id, "payment finished");
+        return Ok(Answer::new(201, body));
+    }
+    let current = state
+        .db
+        .run(move |conn| rows::find(conn, &merchant_id, &id))
+        .await?
+        .ok_or_else(|| ApiError::internal("payment vanished while finishing"))?;
+    stored_answer(&current)
+        .ok_or_else(|| ApiError::internal("payment not final after a lost finish"))
+}
+
+/// The outcome is not known yet: give up the lease so a retry or the recovery worker can
+/// resume at once, and answer 202 with the payment as it is.
+async fn release(
+    state: &AppState,
+    mut row: PaymentRow,
+    token: &str,
+    charge_id: Option<String>,
+) -> Result<Answer, ApiError> {
+    row.provider_charge_id = charge_id.or(row.provider_charge_id);
+    row.lease_token = None;
+    row.lease_expires_at = None;
+    row.updated_at = now();
+    let (id, token, charge_id, updated_at) = (
+        row.id.clone(),
+        token.to_owned(),
+        row.provider_charge_id.clone(),
+        row.updated_at,
+    );
+    state
+        .db
+        .run(move |conn| rows::release(conn, &id, &token, charge_id.as_deref(), updated_at))
+        .await?;
+    Ok(Answer::new(202, view::render(&row)?))
+}
+
+pub async fn get_payment(
+    state: &AppState,
+    merchant: &Merchant,
+    id: String,
+) -> Result<String, ApiError> {
+    let merchant_id = merchant.id.clone();
+    let row = state
+        .db
+        .run(move |conn| rows::find(conn, &merchant_id, &id))
+        .await?
+        .ok_or_else(|| ApiError::NotFound("no such payment".to_owned()))?;
+    view::render(&row)
+}
+
+pub async fn list_payments(
+    state: &AppState,
+    merchant: &Merchant,
+    filter: ListFilter,
+) -> Result<String, ApiError> {
+    let merchant_id = merchant.id.clone();
+    let limit = usize::try_from(filter.limit).unwrap_or(0);
+    let mut rows = state
+        .db
+        .run(move |conn| rows::list(conn, &merchant_id, &filter))
+        .await?;
+    let has_more = rows.len() > limit;
+    rows.truncate(limit);
+    view::render_list(&rows, has_more)
+}

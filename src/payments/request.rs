@@ -1,0 +1,231 @@
+//! `POST /v1/payments` bodies, parsed into a request that can only exist valid, and its
+//! fingerprint: what makes two requests "the same" for idempotency.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::domain::{Amount, Currency};
+use crate::error::ApiError;
+use crate::routes::input::JsonObject;
+
+pub const MAX_METADATA_KEYS: usize = 50;
+pub const MAX_METADATA_KEY_LEN: usize = 40;
+pub const MAX_METADATA_VALUE_LEN: usize = 500;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewPayment {
+    pub amount: Amount,
+    pub currency: Currency,
+    pub payment_method: String,
+    pub customer_id: Option<String>,
+    pub description: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl NewPayment {
+    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+        let mut object = JsonObject::parse(
+            body,
+            &[
+                "amount",
+                "currency",
+                "payment_method",
+                "customer_id",
+                "description",
+                "metadata",
+            ],
+        )?;
+        let amount = object.required_integer("amount")?;
+        let amount = Amount::parse(amount).map_err(|e| ApiError::invalid("amount", e))?;
+        let currency = object.required_string("currency", 3)?;
+        let currency = Currency::parse(&currency).map_err(|e| ApiError::invalid("currency", e))?;
+        let payment_method = object.required_string("payment_method", 255)?;
+        if payment_method.is_empty() {
+            return Err(ApiError::invalid("payment_method", "must not be empty"));
+        }
+        let customer_id = object.optional_string("customer_id", 255)?;
+        let description = object.optional_string("description", 1000)?;
+        let metadata = object.optional_string_map(
+            "metadata",
+            MAX_METADATA_KEYS,
+            MAX_METADATA_KEY_LEN,
+            MAX_METADATA_VALUE_LEN,
+        )?;
+        Ok(Self {
+            amount,
+            currency,
+            payment_method,
+            customer_id,
+            description,
+            metadata,
+        })
+    }
+
+    /// SHA-256 of the normalised request: key order, whitespace and currency case are gone
+    /// by now, so equal requests hash equal.
+    pub fn fingerprint(&self) -> String {
+        #[derive(Serialize)]
+        struct Canonical<'a> {
+            endpoint: &'static str,
+            amount: i64,
+            currency: &'a str,
+            payment_method: &'a str,
+            customer_id: Option<&'a str>,
+            description: Option<&'a str>,
+            metadata: &'a BTreeMap<String, String>,
+        }
+        let canonical = Canonical {
+            endpoint: "POST /v1/payments",
+            amount: self.amount.minor_units(),
+            currency: self.currency.as_str(),
+            payment_method: &self.payment_method,
+            customer_id: self.customer_id.as_deref(),
+            description: self.description.as_deref(),
+            metadata: &self.metadata,
+        };
+        // A struct of strings and integers always serialises.
+        let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
+        hex(&Sha256::digest(&bytes))
+    }
+
+    pub fn metadata_json(&self) -> String {
+        serde_json::to_string(&self.metadata).unwrap_or_else(|_| "{}".to_owned())
+    }
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: &str) -> Result<NewPayment, ApiError> {
+        NewPayment::parse(body.as_bytes())
+    }
+
+    fn param_of(body: &str) -> Option<String> {
+        match parse(body) {
+            Err(ApiError::InvalidRequest { param, .. }) => param,
+            other => panic!("{body}: expected invalid_request, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn equal_requests_have_equal_fingerprints() {
+        let a = parse(r#"{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","metadata":{"a":"1","b":"2"}}"#).unwrap();
+        let b = parse(
+            r#"{ "metadata": {"b":"2", "a":"1"},
+                 "payment_method": "pm_card_visa", "currency": "USD", "amount": 2000 }"#,
+        )
+        .unwrap();
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        let explicit_nulls = parse(r#"{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","metadata":{"a":"1","b":"2"},"customer_id":null,"description":null}"#).unwrap();
+        assert_eq!(a.fingerprint(), explicit_nulls.fingerprint());
+    }
+
+    #[test]
+    fn different_requests_have_different_fingerprints() {
+        let base =
+            parse(r#"{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}"#).unwrap();
+        for other in [
+            r#"{"amount":2001,"currency":"usd","payment_method":"pm_card_visa"}"#,
+            r#"{"amount":2000,"currency":"eur","payment_method":"pm_card_visa"}"#,
+            r#"{"amount":2000,"currency":"usd","payment_method":"pm_card_amex"}"#,
+            r#"{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","customer_id":"c"}"#,
+            r#"{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","description":"d"}"#,
+            r#"{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","metadata":{"k":"v"}}"#,
+        ] {
+            assert_ne!(
+                base.fingerprint(),
+                parse(other).unwrap().fingerprint(),
+                "{other}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_fields_name_their_param() {
+        let cases = [
+            (
+                r#"{"currency":"usd","payment_method":"pm_card_visa"}"#,
+                "amount",
+            ),
+            (
+                r#"{"amount":"2000","currency":"usd","payment_method":"pm_card_visa"}"#,
+                "amount",
+            ),
+            (
+                r#"{"amount":20.5,"currency":"usd","payment_method":"pm_card_visa"}"#,
+                "amount",
+            ),
+            (
+                r#"{"amount":0,"currency":"usd","payment_method":"pm_card_visa"}"#,
+                "amount",
+            ),
+            (
+                r#"{"amount":100000000,"currency":"usd","payment_method":"pm_card_visa"}"#,
+                "amount",
+            ),
+            (
+                r#"{"amount":1,"currency":"usdx","payment_method":"pm_card_visa"}"#,
+                "currency",
+            ),
+            (
+                r#"{"amount":1,"currency":"xyz","payment_method":"pm_card_visa"}"#,
+                "currency",
+            ),
+            (r#"{"amount":1,"currency":"usd"}"#, "payment_method"),
+            (
+                r#"{"amount":1,"currency":"usd","payment_method":""}"#,
+                "payment_method",
+            ),
+            (
+                r#"{"amount":1,"currency":"usd","payment_method":"pm","extra":1}"#,
+                "extra",
+            ),
+            (
+                r#"{"amount":1,"currency":"usd","payment_method":"pm","customer_id":5}"#,
+                "customer_id",
+            ),
+            (
+                r#"{"amount":1,"currency":"usd","payment_method":"pm","metadata":[]}"#,
+                "metadata",
+            ),
+            (
+                r#"{"amount":1,"currency":"usd","payment_method":"pm","metadata":{"k":1}}"#,
+                "metadata",
+            ),
+        ];
+        for (body, param) in cases {
+            assert_eq!(param_of(body).as_deref(), Some(param), "{body}");
+        }
+        let long = format!(
+            r#"{{"amount":1,"currency":"usd","payment_method":"pm","description":"{}"}}"#,
+            "d".repeat(1001)
+        );
+        assert_eq!(param_of(&long).as_deref(), Some("description"));
+        let many: Vec<String> = (0..51).map(|i| format!(r#""k{i}":"v""#)).collect();
+        let body = format!(
+            r#"{{"amount":1,"currency":"usd","payment_method":"pm","metadata":{{{}}}}}"#,
+            many.join(",")
+        );
+        assert_eq!(param_of(&body).as_deref(), Some("metadata"));
+    }
+
+    #[test]
+    fn non_objects_are_rejected_without_param() {
+        for body in ["", "not json", "[]", "null", "42", "{\"amount\":"] {
+            assert!(
+                matches!(
+                    parse(body),
+                    Err(ApiError::InvalidRequest { param: None, .. })
+                ),
+                "{body:?}"
+            );
+        }
+    }
+}

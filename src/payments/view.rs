@@ -1,0 +1,102 @@
+//! The payment object as the API shows it.
+
+use serde::Serialize;
+
+use crate::db::payments::PaymentRow;
+use crate::domain::format_timestamp;
+use crate::error::ApiError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaymentStatus {
+    Processing,
+    Succeeded,
+    Failed,
+}
+
+impl PaymentStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Processing => "processing",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "processing" => Some(Self::Processing),
+            "succeeded" => Some(Self::Succeeded),
+            "failed" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct PaymentObject<'a> {
+    id: &'a str,
+    object: &'static str,
+    amount: i64,
+    currency: &'a str,
+    status: &'a str,
+    payment_method: &'a str,
+    customer_id: Option<&'a str>,
+    description: Option<&'a str>,
+    metadata: serde_json::Value,
+    amount_refunded: i64,
+    provider_charge_id: Option<&'a str>,
+    failure_code: Option<&'a str>,
+    failure_message: Option<&'a str>,
+    created_at: String,
+    updated_at: String,
+}
+
+impl<'a> PaymentObject<'a> {
+    pub fn from_row(row: &'a PaymentRow) -> Result<Self, ApiError> {
+        let metadata = serde_json::from_str(&row.metadata).map_err(|e| {
+            ApiError::internal(format!("stored metadata of {} is not JSON: {e}", row.id))
+        })?;
+        Ok(Self {
+            id: &row.id,
+            object: "payment",
+            amount: row.amount,
+            currency: &row.currency,
+            status: &row.status,
+            payment_method: &row.payment_method,
+            customer_id: row.customer_id.as_deref(),
+            description: row.description.as_deref(),
+            metadata,
+            amount_refunded: row.amount_refunded,
+            provider_charge_id: row.provider_charge_id.as_deref(),
+            failure_code: row.failure_code.as_deref(),
+            failure_message: row.failure_message.as_deref(),
+            created_at: format_timestamp(row.created_at),
+            updated_at: format_timestamp(row.updated_at),
+        })
+    }
+}
+
+/// The payment as a JSON document.
+pub fn render(row: &PaymentRow) -> Result<String, ApiError> {
+    serde_json::to_string(&PaymentObject::from_row(row)?).map_err(ApiError::internal)
+}
+
+/// A page of payments: `{"object": "list", "data": [...], "has_more": …}`.
+pub fn render_list(rows: &[PaymentRow], has_more: bool) -> Result<String, ApiError> {
+    #[derive(Serialize)]
+    struct List<'a> {
+        object: &'static str,
+        data: Vec<PaymentObject<'a>>,
+        has_more: bool,
+    }
+    let data = rows
+        .iter()
+        .map(PaymentObject::from_row)
+        .collect::<Result<_, _>>()?;
+    serde_json::to_string(&List {
+        object: "list",
+        data,
+        has_more,
+    })
+    .map_err(ApiError::internal)
+}

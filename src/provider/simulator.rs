@@ -1,0 +1,181 @@
+//! The simulated provider: the test payment methods of the contract, deduplication by
+//! idempotency key, and a ledger of the money it moved that tests can read.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures_util::future::LocalBoxFuture;
+
+use super::{Charge, ChargeRequest, OutcomeUnknown, PaymentProvider, ProviderStatus};
+
+#[derive(Default)]
+struct Ledger {
+    charges: Vec<Charge>,
+    charge_by_key: HashMap<String, usize>,
+    /// Every charge call, including those answered from the idempotency record.
+    charge_calls: u64,
+}
+
+#[derive(Default)]
+pub struct Simulator {
+    ledger: Mutex<Ledger>,
+}
+
+impl Simulator {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        // A panic while holding the lock cannot leave the ledger half-written (every
+        // mutation is a push or insert), so a poisoned lock is still safe to use.
+        self.ledger.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The outcome the simulator gives a payment method: (status, failure code, message).
+    pub fn decide(
+        payment_method: &str,
+    ) -> (ProviderStatus, Option<&'static str>, Option<&'static str>) {
+        match payment_method {
+            "pm_card_visa" | "pm_card_mastercard" | "pm_card_amex" => {
+                (ProviderStatus::Succeeded, None, None)
+            }
+            "pm_card_declined" => (
+                ProviderStatus::Failed,
+                Some("card_declined"),
+                Some("Your card was declined."),
+            ),
+            "pm_card_insufficient_funds" => (
+                ProviderStatus::Failed,
+                Some("insufficient_funds"),
+                Some("Your card has insufficient funds."),
+            ),
+            "pm_card_async" | "pm_card_async_declined" => (ProviderStatus::Pending, None, None),
+            _ => (
+                ProviderStatus::Failed,
+                Some("invalid_payment_method"),
+                Some("The payment method is not valid."),
+            ),
+        }
+    }
+
+    /// Charges once per idempotency key; the same key again returns the first result.
+    pub fn charge(&self, idempotency_key: &str, request: &ChargeRequest) -> Charge {
+        let mut ledger = self.ledger();
+        ledger.charge_calls += 1;
+        if let Some(&index) = ledger.charge_by_key.get(idempotency_key) {
+            return ledger.charges[index].clone();
+        }
+        let (status, failure_code, failure_message) = Self::decide(&request.payment_method);
+        let charge = Charge {
+            id: format!("ch_{}", uuid::Uuid::new_v4().simple()),
+            status,
+            amount: request.amount,
+            currency: request.currency.clone(),
+            reference: request.reference.clone(),
+            failure_code: failure_code.map(str::to_owned),
+            failure_message: failure_message.map(str::to_owned),
+        };
+        let index = ledger.charges.len();
+        ledger.charges.push(charge.clone());
+        ledger
+            .charge_by_key
+            .insert(idempotency_key.to_owned(), index);
+        charge
+    }
+
+    /// Every charge made, in order (one per idempotency key).
+    pub fn charges(&self) -> Vec<Charge> {
+        self.ledger().charges.clone()
+    }
+
+    /// How many charge calls arrived, replays included.
+    pub fn charge_calls(&self) -> u64 {
+        self.ledger().charge_calls
+    }
+}
+
+/// The simulator inside the service's process, with an optional latency per call.
+pub struct InProcessProvider {
+    simulator: Arc<Simulator>,
+    latency: Duration,
+}
+
+impl InProcessProvider {
+    pub fn new(simulator: Arc<Simulator>, latency: Duration) -> Self {
+        Self { simulator, latency }
+    }
+}
+
+impl PaymentProvider for InProcessProvider {
+    fn create_charge<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a ChargeRequest,
+    ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>> {
+        Box::pin(async move {
+            if !self.latency.is_zero() {
+                actix_web::rt::time::sleep(self.latency).await;
+            }
+            Ok(self.simulator.charge(idempotency_key, request))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: &str) -> ChargeRequest {
+        ChargeRequest {
+            amount: 2000,
+            currency: "usd".into(),
+            payment_method: method.into(),
+            reference: "pay_x".into(),
+        }
+    }
+
+    #[test]
+    fn the_same_key_charges_once() {
+        let sim = Simulator::new();
+        let first = sim.charge("pay_1", &request("pm_card_visa"));
+        let again = sim.charge("pay_1", &request("pm_card_visa"));
+        assert_eq!(first, again);
+        assert_eq!(sim.charges().len(), 1);
+        assert_eq!(sim.charge_calls(), 2);
+        sim.charge("pay_2", &request("pm_card_visa"));
+        assert_eq!(sim.charges().len(), 2);
+    }
+
+    #[test]
+    fn test_cards_decide_the_outcome() {
+        let sim = Simulator::new();
+        let cases = [
+            ("pm_card_visa", ProviderStatus::Succeeded, None),
+            ("pm_card_amex", ProviderStatus::Succeeded, None),
+            (
+                "pm_card_declined",
+                ProviderStatus::Failed,
+                Some("card_declined"),
+            ),
+            (
+                "pm_card_insufficient_funds",
+                ProviderStatus::Failed,
+                Some("insufficient_funds"),
+            ),
+            ("pm_card_async", ProviderStatus::Pending, None),
+            (
+                "pm_bogus",
+                ProviderStatus::Failed,
+                Some("invalid_payment_method"),
+            ),
+        ];
+        for (i, (method, status, code)) in cases.into_iter().enumerate() {
+            let charge = sim.charge(&format!("k{i}"), &request(method));
+            assert_eq!(charge.status, status, "{method}");
+            assert_eq!(charge.failure_code.as_deref(), code, "{method}");
+            assert!(charge.id.starts_with("ch_"));
+        }
+    }
+}

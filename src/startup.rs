@@ -1,0 +1,203 @@
+//! One builder for the whole service, used by `main` and by the tests alike.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{Server, ServerHandle, Service, ServiceResponse};
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::{App, HttpMessage, HttpServer, web};
+
+use crate::auth::ApiKeyCache;
+use crate::config::Settings;
+use crate::db::{self, DatabaseTarget, Db, merchants};
+use crate::idempotency::InFlight;
+use crate::provider::{InProcessProvider, PaymentProvider, Simulator};
+use crate::routes;
+
+/// Shared by every worker and background task.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: Db,
+    pub provider: Arc<dyn PaymentProvider>,
+    pub settings: Arc<Settings>,
+    pub inflight: InFlight,
+    pub api_keys: ApiKeyCache,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Database(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+pub struct Application {
+    port: u16,
+    server: Server,
+    simulator: Option<Arc<Simulator>>,
+    state: AppState,
+}
+
+/// Opens the pool and brings the schema up to date.
+pub fn connect_and_migrate(settings: &Settings) -> Result<Db, StartupError> {
+    let target = DatabaseTarget::parse(&settings.database_url)?;
+    let pool =
+        db::build_pool(target, settings.database_pool_size).map_err(StartupError::Database)?;
+    let mut conn = pool
+        .get()
+        .map_err(|e| StartupError::Database(format!("cannot connect to the database: {e}")))?;
+    db::run_migrations(&mut conn).map_err(StartupError::Database)?;
+    Ok(Db::new(pool))
+}
+
+impl Application {
+    pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+        let db = {
+            let settings = settings.clone();
+            actix_web::rt::task::spawn_blocking(move || connect_and_migrate(&settings))
+                .await
+                .map_err(|e| StartupError::Database(e.to_string()))??
+        };
+        if let Some(key) = settings.bootstrap_api_key.clone() {
+            db.run(move |conn| {
+                let merchant = merchants::ensure_merchant(conn, "default").map_err(into_diesel)?;
+                merchants::ensure_api_key(conn, &merchant, &key).map_err(into_diesel)
+            })
+            .await
+            .map_err(|e| {
+                StartupError::Database(format!("cannot create the bootstrap API key: {e}"))
+            })?;
+        }
+
+        let simulator = Arc::new(Simulator::new());
+        let provider: Arc<dyn PaymentProvider> = Arc::new(InProcessProvider::new(
+            simulator.clone(),
+            settings.provider_latency,
+        ));
+
+        let listener =
+            TcpListener::bind(&settings.bind_addr).map_err(|source| StartupError::Bind {
+                addr: settings.bind_addr.clone(),
+                source,
+            })?;
+        let port = listener
+            .local_addr()
+            .map_err(|source| StartupError::Bind {
+                addr: settings.bind_addr.clone(),
+                source,
+            })?
+            .port();
+
+        let state = AppState {
+            db,
+            provider,
+            settings: Arc::new(settings),
+            inflight: InFlight::default(),
+            api_keys: ApiKeyCache::default(),
+        };
+        let server = run(listener, state.clone())?;
+        Ok(Self {
+            port,
+            server,
+            simulator: Some(simulator),
+            state,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The in-process simulator, when the service uses it (tests read its ledger).
+    pub fn simulator(&self) -> Option<Arc<Simulator>> {
+        self.simulator.clone()
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    pub fn handle(&self) -> ServerHandle {
+        self.server.handle()
+    }
+
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}
+
+fn into_diesel(e: db::DbError) -> diesel::result::Error {
+    match e {
+        db::DbError::Query(e) => e,
+        other => diesel::result::Error::QueryBuilderError(other.to_string().into()),
+    }
+}
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The caller's request id if it is a sane token, else a new one.
+#[derive(Clone, Debug)]
+pub struct RequestId(pub String);
+
+fn request_id_of(req: &actix_web::dev::ServiceRequest) -> String {
+    req.headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 200 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
+}
+
+fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
+    let workers = state.settings.workers;
+    let addr = state.settings.bind_addr.clone();
+    let data = web::Data::new(state);
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .wrap_fn(|req, srv| {
+                let request_id = request_id_of(&req);
+                req.extensions_mut().insert(RequestId(request_id.clone()));
+                let method = req.method().clone();
+                let started = Instant::now();
+                let fut = srv.call(req);
+                async move {
+                    let mut res: ServiceResponse<_> = fut.await?;
+                    if let Ok(value) = HeaderValue::from_str(&request_id) {
+                        res.headers_mut().insert(REQUEST_ID, value);
+                    }
+                    let route = res
+                        .request()
+                        .match_pattern()
+                        .unwrap_or_else(|| "unmatched".into());
+                    tracing::info!(
+                        %request_id,
+                        %method,
+                        route,
+                        status = res.status().as_u16(),
+                        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+                        "request"
+                    );
+                    Ok::<_, actix_web::Error>(res.map_body(|_, b| b.boxed()))
+                }
+            })
+            .configure(routes::configure)
+            .default_service(web::to(routes::not_found))
+    })
+    .shutdown_timeout(30);
+    if let Some(n) = workers {
+        server = server.workers(n);
+    }
+    Ok(server
+        .listen(listener)
+        .map_err(|source| StartupError::Bind { addr, source })?
+        .run())
+}

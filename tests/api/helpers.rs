@@ -1,0 +1,287 @@
+//! Starts the real service (the same `Application::build` as `main`) on port 0, against a
+//! database of its own: a fresh SQLite file, or with `TEST_DATABASE_URL` a fresh schema in
+//! that PostgreSQL database.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::ServerHandle;
+use awc::http::StatusCode;
+use diesel::connection::SimpleConnection;
+use diesel::{Connection, PgConnection};
+use payments_api::config::Settings;
+use payments_api::db::{DatabaseTarget, merchants, payments as payment_rows};
+use payments_api::domain::new_api_key;
+use payments_api::provider::Simulator;
+use payments_api::startup::{AppState, Application};
+use serde_json::Value;
+
+pub struct TestApp {
+    pub address: String,
+    pub api_key: String,
+    pub merchant_id: String,
+    pub client: awc::Client,
+    pub simulator: Arc<Simulator>,
+    pub state: AppState,
+    handle: ServerHandle,
+    _database: TestDatabase,
+}
+
+pub struct TestResponse {
+    pub status: StatusCode,
+    pub headers: awc::http::header::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl TestResponse {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// Asserts a problem+json answer with this status and code.
+    pub fn assert_problem(&self, status: u16, code: &str) -> Value {
+        assert_eq!(self.status.as_u16(), status, "body: {}", self.text());
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json")
+        );
+        let problem = self.json();
+        assert_eq!(problem["code"], code, "{problem}");
+        assert_eq!(problem["status"], status);
+        assert!(problem["title"].is_string() && problem["type"].is_string());
+        problem
+    }
+}
+
+enum TestDatabase {
+    Sqlite(std::path::PathBuf),
+    Postgres { base_url: String, schema: String },
+}
+
+impl TestDatabase {
+    fn create() -> (Self, String) {
+        let unique = uuid::Uuid::new_v4().simple().to_string();
+        match std::env::var("TEST_DATABASE_URL")
+            .ok()
+            .filter(|v| !v.is_empty())
+        {
+            Some(base_url) => {
+                assert!(
+                    matches!(
+                        DatabaseTarget::parse(&base_url),
+                        Ok(DatabaseTarget::Postgres(_))
+                    ),
+                    "TEST_DATABASE_URL must be a postgres:// URL"
+                );
+                let schema = format!("test_{unique}");
+                let mut conn = PgConnection::establish(&base_url)
+                    .unwrap_or_else(|e| panic!("cannot reach TEST_DATABASE_URL: {e}"));
+                conn.batch_execute(&format!("CREATE SCHEMA {schema}"))
+                    .expect("create schema");
+                let separator = if base_url.contains('?') { '&' } else { '?' };
+                let url = format!("{base_url}{separator}options=-csearch_path%3D{schema}");
+                (Self::Postgres { base_url, schema }, url)
+            }
+            None => {
+                let dir = std::env::temp_dir().join("payments-api-tests");
+                std::fs::create_dir_all(&dir).expect("temp dir");
+                let path = dir.join(format!("{unique}.db"));
+                let url = format!("sqlite://{}", path.display());
+                (Self::Sqlite(path), url)
+            }
+        }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        match self {
+            Self::Sqlite(path) => {
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                }
+            }
+            Self::Postgres { base_url, schema } => {
+                if let Ok(mut conn) = PgConnection::establish(base_url) {
+                    let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+                }
+            }
+        }
+    }
+}
+
+pub fn test_settings(database_url: String) -> Settings {
+    let mut settings = Settings::from_lookup(|_| None).expect("default settings");
+    settings.database_url = database_url;
+    settings.bind_addr = "127.0.0.1:0".to_owned();
+    settings.bootstrap_api_key = Some(new_api_key());
+    settings.workers = Some(2);
+    settings.database_pool_size = 8;
+    settings.idempotency_wait = Duration::from_secs(10);
+    settings
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
+    let (database, url) = TestDatabase::create();
+    let mut settings = test_settings(url);
+    configure(&mut settings);
+    let api_key = settings.bootstrap_api_key.clone().expect("bootstrap key");
+    let app = Application::build(settings)
+        .await
+        .expect("the application starts");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let simulator = app.simulator().expect("in-process simulator");
+    let state = app.state().clone();
+    let handle = app.handle();
+    actix_web::rt::spawn(app.run_until_stopped());
+    let merchant_id = state
+        .db
+        .run(|conn| {
+            merchants::find_by_name(conn, "default").map(|m| m.map(|m| m.id).unwrap_or_default())
+        })
+        .await
+        .expect("default merchant");
+    let client = awc::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .connector(awc::Connector::new().limit(1000))
+        .finish();
+    TestApp {
+        address,
+        api_key,
+        merchant_id,
+        client,
+        simulator,
+        state,
+        handle,
+        _database: database,
+    }
+}
+
+impl TestApp {
+    /// A second merchant with its own API key.
+    pub async fn create_merchant(&self, name: &str) -> String {
+        let name = name.to_owned();
+        let key = new_api_key();
+        let k = key.clone();
+        self.state
+            .db
+            .run(move |conn| {
+                let merchant = merchants::ensure_merchant(conn, &name)
+                    .map_err(|e| diesel::result::Error::QueryBuilderError(e.to_string().into()))?;
+                merchants::ensure_api_key(conn, &merchant, &k)
+                    .map_err(|e| diesel::result::Error::QueryBuilderError(e.to_string().into()))
+            })
+            .await
+            .expect("merchant created");
+        key
+    }
+
+    /// POST with the default key, JSON content type and the given idempotency key.
+    pub async fn post_payment(&self, idempotency_key: &str, body: &Value) -> TestResponse {
+        self.post_json("/v1/payments", &self.api_key, Some(idempotency_key), body)
+            .await
+    }
+
+    pub async fn post_json(
+        &self,
+        path: &str,
+        api_key: &str,
+        idempotency_key: Option<&str>,
+        body: &Value,
+    ) -> TestResponse {
+        let mut headers = vec![
+            ("Authorization", format!("Bearer {api_key}")),
+            ("Content-Type", "application/json".to_owned()),
+        ];
+        if let Some(key) = idempotency_key {
+            headers.push(("Idempotency-Key", key.to_owned()));
+        }
+        self.request("POST", path, &headers, body.to_string().into_bytes())
+            .await
+    }
+
+    pub async fn get(&self, path: &str) -> TestResponse {
+        self.get_as(path, &self.api_key).await
+    }
+
+    pub async fn get_as(&self, path: &str, api_key: &str) -> TestResponse {
+        let auth = format!("Bearer {api_key}");
+        self.request("GET", path, &[("Authorization", auth)], Vec::new())
+            .await
+    }
+
+    /// Any request, headers as given (a name may repeat).
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Vec<u8>,
+    ) -> TestResponse {
+        let method = awc::http::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut request = self
+            .client
+            .request(method, format!("{}{path}", self.address));
+        for (name, value) in headers {
+            request = request.append_header((*name, value.as_str()));
+        }
+        let mut response = request
+            .send_body(body)
+            .await
+            .expect("the request completes");
+        let body = response
+            .body()
+            .limit(10 * 1024 * 1024)
+            .await
+            .expect("the body arrives")
+            .to_vec();
+        TestResponse {
+            status: response.status(),
+            headers: response.headers().clone(),
+            body,
+        }
+    }
+
+    /// Charges the provider made (one per idempotency key).
+    pub fn charges(&self) -> usize {
+        self.simulator.charges().len()
+    }
+
+    /// Payment rows of the default merchant.
+    pub async fn payment_rows(&self) -> i64 {
+        let merchant_id = self.merchant_id.clone();
+        self.state
+            .db
+            .run(move |conn| payment_rows::count_for_merchant(conn, &merchant_id))
+            .await
+            .expect("count payments")
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        // Stop accepting before the database goes away with `self.database`.
+        drop(self.handle.stop(false));
+    }
+}
+
+pub fn visa(amount: i64) -> Value {
+    serde_json::json!({"amount": amount, "currency": "usd", "payment_method": "pm_card_visa"})
+}

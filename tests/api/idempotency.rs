@@ -1,0 +1,168 @@
+use std::collections::HashSet;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use serde_json::json;
+
+use crate::helpers::{spawn_app, spawn_app_with, visa};
+
+#[actix_web::test]
+async fn a_hundred_concurrent_identical_requests_charge_once_and_answer_alike() {
+    // The provider is slow enough that the duplicates arrive while the first is running.
+    let app = spawn_app_with(|s| s.provider_latency = Duration::from_millis(300)).await;
+    let body = visa(4200);
+    let responses = join_all((0..100).map(|_| app.post_payment("storm", &body))).await;
+
+    assert_eq!(app.charges(), 1, "exactly one charge at the provider");
+    assert_eq!(
+        app.simulator.charge_calls(),
+        1,
+        "only the winner calls the provider"
+    );
+    assert_eq!(app.payment_rows().await, 1);
+    let statuses: HashSet<u16> = responses.iter().map(|r| r.status.as_u16()).collect();
+    assert_eq!(statuses, HashSet::from([201]));
+    let bodies: HashSet<&[u8]> = responses.iter().map(|r| r.body.as_slice()).collect();
+    assert_eq!(
+        bodies.len(),
+        1,
+        "every request learns the same outcome, byte for byte"
+    );
+    let originals = responses
+        .iter()
+        .filter(|r| r.header("idempotent-replayed").is_none())
+        .count();
+    assert_eq!(originals, 1, "one answer is the original, 99 are replays");
+}
+
+#[actix_web::test]
+async fn a_hundred_concurrent_requests_with_distinct_keys_charge_a_hundred_times() {
+    let app = spawn_app_with(|s| s.provider_latency = Duration::from_millis(50)).await;
+    let keys: Vec<String> = (0..100).map(|i| format!("distinct-{i}")).collect();
+    let body = visa(100);
+    let responses = join_all(keys.iter().map(|k| app.post_payment(k, &body))).await;
+    assert!(responses.iter().all(|r| r.status == 201));
+    let ids: HashSet<String> = responses
+        .iter()
+        .map(|r| r.json()["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 100);
+    assert_eq!(app.charges(), 100);
+    assert_eq!(app.payment_rows().await, 100);
+}
+
+#[actix_web::test]
+async fn the_same_key_with_a_different_request_is_refused_and_runs_nothing() {
+    let app = spawn_app().await;
+    let first = app.post_payment("reuse", &visa(1000)).await;
+    assert_eq!(first.status, 201);
+
+    let different = app.post_payment("reuse", &visa(1001)).await;
+    different.assert_problem(422, "idempotency_key_reused");
+    let other_card = json!({"amount": 1000, "currency": "usd", "payment_method": "pm_card_amex"});
+    app.post_payment("reuse", &other_card)
+        .await
+        .assert_problem(422, "idempotency_key_reused");
+    assert_eq!(app.charges(), 1);
+    assert_eq!(app.simulator.charge_calls(), 1);
+    assert_eq!(app.payment_rows().await, 1);
+
+    // The same request written differently is the same request.
+    let reordered = json!({"payment_method": "pm_card_visa", "currency": "USD", "amount": 1000});
+    let replay = app.post_payment("reuse", &reordered).await;
+    assert_eq!(replay.status, 201);
+    assert_eq!(replay.body, first.body);
+}
+
+#[actix_web::test]
+async fn a_retry_while_the_first_runs_gets_409_then_the_replay_once_finished() {
+    let app = spawn_app_with(|s| {
+        s.provider_latency = Duration::from_millis(1500);
+        s.idempotency_wait = Duration::from_millis(100);
+    })
+    .await;
+    let body = visa(700);
+    let (first, retry) = tokio::join!(app.post_payment("slow", &body), async {
+        actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+        app.post_payment("slow", &body).await
+    });
+    let problem = retry.assert_problem(409, "idempotency_key_in_use");
+    assert!(problem["detail"].is_string());
+    let retry_after: u64 = retry
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .unwrap();
+    assert!(retry_after >= 1);
+
+    assert_eq!(first.status, 201);
+    let later = app.post_payment("slow", &body).await;
+    assert_eq!(later.status, 201);
+    assert_eq!(later.header("idempotent-replayed"), Some("true"));
+    assert_eq!(later.body, first.body);
+    assert_eq!(app.charges(), 1);
+}
+
+#[actix_web::test]
+async fn a_retry_that_waits_gets_the_outcome_without_a_second_charge() {
+    let app = spawn_app_with(|s| {
+        s.provider_latency = Duration::from_millis(500);
+        s.idempotency_wait = Duration::from_secs(5);
+    })
+    .await;
+    let body = visa(800);
+    let (first, retry) = tokio::join!(app.post_payment("wait", &body), async {
+        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+        app.post_payment("wait", &body).await
+    });
+    assert_eq!(first.status, 201);
+    assert_eq!(retry.status, 201);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retry.body, first.body);
+    assert_eq!(app.charges(), 1);
+}
+
+#[actix_web::test]
+async fn a_validation_failure_is_not_remembered() {
+    let app = spawn_app().await;
+    let bad = json!({"amount": -5, "currency": "usd", "payment_method": "pm_card_visa"});
+    app.post_payment("fix-me", &bad)
+        .await
+        .assert_problem(400, "invalid_request");
+    assert_eq!(app.payment_rows().await, 0);
+    let good = app.post_payment("fix-me", &visa(500)).await;
+    assert_eq!(good.status, 201, "{}", good.text());
+    assert!(good.header("idempotent-replayed").is_none());
+    assert_eq!(app.charges(), 1);
+}
+
+#[actix_web::test]
+async fn quoted_and_bare_keys_are_the_same_key() {
+    let app = spawn_app().await;
+    let bare = app.post_payment("abc-123", &visa(300)).await;
+    let quoted = app.post_payment("\"abc-123\"", &visa(300)).await;
+    assert_eq!(quoted.status, 201);
+    assert_eq!(quoted.header("idempotent-replayed"), Some("true"));
+    assert_eq!(quoted.body, bare.body);
+    assert_eq!(app.charges(), 1);
+}
+
+#[actix_web::test]
+async fn keys_are_scoped_per_merchant() {
+    let app = spawn_app().await;
+    let other_key = app.create_merchant("acme").await;
+    let mine = app.post_payment("shared-key", &visa(100)).await;
+    let theirs = app
+        .post_json("/v1/payments", &other_key, Some("shared-key"), &visa(100))
+        .await;
+    assert_eq!(mine.status, 201);
+    assert_eq!(theirs.status, 201);
+    assert!(theirs.header("idempotent-replayed").is_none());
+    assert_ne!(mine.json()["id"], theirs.json()["id"]);
+    assert_eq!(app.charges(), 2);
+    // And a different body under the same key is fine for the other merchant.
+    let theirs_again = app
+        .post_json("/v1/payments", &other_key, Some("shared-key"), &visa(100))
+        .await;
+    assert_eq!(theirs_again.body, theirs.body);
+}

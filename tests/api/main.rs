@@ -1,0 +1,7 @@
+//! One integration-test binary: every module starts the real server on port 0.
+//! `cargo test` runs on SQLite; `TEST_DATABASE_URL=postgres://… cargo test` on PostgreSQL.
+
+mod helpers;
+mod idempotency;
+mod payments;
+mod validation;

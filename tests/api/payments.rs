@@ -1,0 +1,192 @@
+use serde_json::json;
+
+use crate::helpers::{spawn_app, visa};
+
+#[actix_web::test]
+async fn a_payment_with_a_good_card_succeeds_and_is_charged_once() {
+    let app = spawn_app().await;
+    let body = json!({
+        "amount": 2000, "currency": "USD", "payment_method": "pm_card_visa",
+        "customer_id": "cus_1", "description": "order 1", "metadata": {"order": "1"}
+    });
+    let response = app.post_payment("order-1", &body).await;
+    assert_eq!(response.status, 201, "{}", response.text());
+    assert_eq!(response.header("content-type"), Some("application/json"));
+    assert!(response.header("idempotent-replayed").is_none());
+    let payment = response.json();
+    assert!(payment["id"].as_str().unwrap().starts_with("pay_"));
+    assert_eq!(payment["object"], "payment");
+    assert_eq!(payment["status"], "succeeded");
+    assert_eq!(payment["amount"], 2000);
+    assert_eq!(payment["currency"], "usd");
+    assert_eq!(payment["customer_id"], "cus_1");
+    assert_eq!(payment["metadata"], json!({"order": "1"}));
+    assert_eq!(payment["amount_refunded"], 0);
+    assert!(payment["failure_code"].is_null());
+    assert!(payment["created_at"].as_str().unwrap().ends_with('Z'));
+
+    let charges = app.simulator.charges();
+    assert_eq!(charges.len(), 1);
+    assert_eq!(payment["provider_charge_id"], charges[0].id.as_str());
+    assert_eq!(charges[0].reference, payment["id"].as_str().unwrap());
+    assert_eq!(charges[0].amount, 2000);
+
+    let fetched = app
+        .get(&format!("/v1/payments/{}", payment["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(fetched.status, 200);
+    assert_eq!(fetched.json(), payment);
+}
+
+#[actix_web::test]
+async fn a_decline_is_a_created_failed_payment_replayed_and_charged_once() {
+    let app = spawn_app().await;
+    let body = json!({"amount": 500, "currency": "eur", "payment_method": "pm_card_declined"});
+    let first = app.post_payment("decline-1", &body).await;
+    assert_eq!(first.status, 201);
+    let payment = first.json();
+    assert_eq!(payment["status"], "failed");
+    assert_eq!(payment["failure_code"], "card_declined");
+    assert!(payment["failure_message"].is_string());
+
+    let retry = app.post_payment("decline-1", &body).await;
+    assert_eq!(retry.status, 201);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retry.body, first.body, "a replay is byte-identical");
+    assert_eq!(app.charges(), 1);
+    assert_eq!(
+        app.simulator.charge_calls(),
+        1,
+        "a replay never reaches the provider"
+    );
+    assert_eq!(app.payment_rows().await, 1);
+}
+
+#[actix_web::test]
+async fn test_cards_give_the_contract_outcomes() {
+    let app = spawn_app().await;
+    for (method, status, code) in [
+        ("pm_card_mastercard", "succeeded", None),
+        ("pm_card_amex", "succeeded", None),
+        (
+            "pm_card_insufficient_funds",
+            "failed",
+            Some("insufficient_funds"),
+        ),
+        ("pm_card_unknown", "failed", Some("invalid_payment_method")),
+    ] {
+        let body = json!({"amount": 100, "currency": "usd", "payment_method": method});
+        let response = app.post_payment(method, &body).await;
+        assert_eq!(response.status, 201, "{method}");
+        let payment = response.json();
+        assert_eq!(payment["status"], status, "{method}");
+        assert_eq!(payment["failure_code"].as_str(), code, "{method}");
+    }
+    assert_eq!(app.charges(), 4);
+}
+
+#[actix_web::test]
+async fn another_merchants_payment_is_not_found() {
+    let app = spawn_app().await;
+    let other_key = app.create_merchant("other").await;
+    let payment = app.post_payment("mine", &visa(100)).await.json();
+    let path = format!("/v1/payments/{}", payment["id"].as_str().unwrap());
+    app.get_as(&path, &other_key)
+        .await
+        .assert_problem(404, "not_found");
+    let listed = app.get_as("/v1/payments", &other_key).await.json();
+    assert_eq!(listed["data"], json!([]));
+    app.get("/v1/payments/pay_nope")
+        .await
+        .assert_problem(404, "not_found");
+}
+
+#[actix_web::test]
+async fn the_list_is_newest_first_with_cursor_and_filters() {
+    let app = spawn_app().await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let method = if i % 2 == 0 {
+            "pm_card_visa"
+        } else {
+            "pm_card_declined"
+        };
+        let body = json!({"amount": 100 + i, "currency": "usd", "payment_method": method,
+                          "customer_id": format!("cus_{}", i % 2)});
+        let response = app.post_payment(&format!("list-{i}"), &body).await;
+        ids.push(response.json()["id"].as_str().unwrap().to_owned());
+    }
+    ids.reverse();
+    let ids_of = |list: &serde_json::Value| -> Vec<String> {
+        list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    let all = app.get("/v1/payments").await.json();
+    assert_eq!(all["object"], "list");
+    assert_eq!(ids_of(&all), ids);
+    assert_eq!(all["has_more"], false);
+
+    let page1 = app.get("/v1/payments?limit=2").await.json();
+    assert_eq!(ids_of(&page1), ids[..2]);
+    assert_eq!(page1["has_more"], true);
+    let page2 = app
+        .get(&format!("/v1/payments?limit=2&starting_after={}", ids[1]))
+        .await
+        .json();
+    assert_eq!(ids_of(&page2), ids[2..4]);
+    let page3 = app
+        .get(&format!("/v1/payments?limit=2&starting_after={}", ids[3]))
+        .await
+        .json();
+    assert_eq!(ids_of(&page3), ids[4..]);
+    assert_eq!(page3["has_more"], false);
+
+    let failed = app.get("/v1/payments?status=failed").await.json();
+    assert_eq!(failed["data"].as_array().unwrap().len(), 2);
+    let customer = app.get("/v1/payments?customer_id=cus_0").await.json();
+    assert_eq!(customer["data"].as_array().unwrap().len(), 3);
+
+    for (query, param) in [
+        ("limit=0", "limit"),
+        ("limit=101", "limit"),
+        ("limit=ten", "limit"),
+        ("status=done", "status"),
+        ("starting_after=xyz", "starting_after"),
+        ("colour=red", "colour"),
+    ] {
+        let problem = app
+            .get(&format!("/v1/payments?{query}"))
+            .await
+            .assert_problem(400, "invalid_request");
+        assert_eq!(problem["param"], param, "{query}");
+    }
+}
+
+#[actix_web::test]
+async fn every_response_carries_a_request_id() {
+    let app = spawn_app().await;
+    let generated = app.get("/v1/payments").await;
+    assert!(
+        generated
+            .header("x-request-id")
+            .is_some_and(|v| !v.is_empty())
+    );
+    let echoed = app
+        .request(
+            "GET",
+            "/health/live",
+            &[("X-Request-Id", "req-abc-123".to_owned())],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(echoed.status, 200);
+    assert_eq!(echoed.header("x-request-id"), Some("req-abc-123"));
+    let missing = app.request("GET", "/no/such/route", &[], Vec::new()).await;
+    missing.assert_problem(404, "not_found");
+    assert!(missing.header("x-request-id").is_some());
+}

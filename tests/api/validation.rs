@@ -1,0 +1,77 @@
+//! Bad input: a clear problem+json answer, and nothing stored or charged.
+
+use crate::helpers::spawn_app;
+
+#[actix_web::test]
+async fn bad_requests_get_their_status_and_code_and_change_nothing() {
+    let app = spawn_app().await;
+    let auth = format!("Bearer {}", app.api_key);
+    let json_ct = ("Content-Type", "application/json".to_owned());
+    let good = br#"{"amount":100,"currency":"usd","payment_method":"pm_card_visa"}"#.to_vec();
+    let with = |extra: &[(&'static str, String)]| {
+        let mut h = vec![("Authorization", auth.clone())];
+        h.extend_from_slice(extra);
+        h
+    };
+    let key = |k: &str| ("Idempotency-Key", k.to_owned());
+
+    type Case = (
+        &'static str,
+        Vec<(&'static str, String)>,
+        Vec<u8>,
+        u16,
+        &'static str,
+        Option<&'static str>,
+    );
+    #[rustfmt::skip]
+    let cases: Vec<Case> = vec![
+        ("no api key", vec![json_ct.clone(), key("k1")], good.clone(), 401, "unauthorized", None),
+        ("wrong api key", vec![("Authorization", "Bearer sk_test_nope".into()), json_ct.clone(), key("k1")], good.clone(), 401, "unauthorized", None),
+        ("not bearer", vec![("Authorization", format!("Basic {}", app.api_key)), json_ct.clone(), key("k1")], good.clone(), 401, "unauthorized", None),
+        ("no key", with(std::slice::from_ref(&json_ct)), good.clone(), 400, "idempotency_key_missing", None),
+        ("empty key", with(&[json_ct.clone(), key("")]), good.clone(), 400, "idempotency_key_invalid", None),
+        ("long key", with(&[json_ct.clone(), key(&"k".repeat(256))]), good.clone(), 400, "idempotency_key_invalid", None),
+        ("repeated key", with(&[json_ct.clone(), key("a"), key("b")]), good.clone(), 400, "idempotency_key_invalid", None),
+        ("text body", with(&[("Content-Type", "text/plain".into()), key("k1")]), good.clone(), 415, "unsupported_media_type", None),
+        ("no content type", with(&[key("k1")]), good.clone(), 415, "unsupported_media_type", None),
+        ("too large", with(&[json_ct.clone(), key("k1")]), vec![b' '; 64 * 1024 + 1], 413, "payload_too_large", None),
+        ("not json", with(&[json_ct.clone(), key("k1")]), b"amount=100".to_vec(), 400, "invalid_request", None),
+        ("empty body", with(&[json_ct.clone(), key("k1")]), Vec::new(), 400, "invalid_request", None),
+        ("array", with(&[json_ct.clone(), key("k1")]), b"[1,2]".to_vec(), 400, "invalid_request", None),
+        ("unknown field", with(&[json_ct.clone(), key("k1")]), br#"{"amount":100,"currency":"usd","payment_method":"pm_card_visa","capture":true}"#.to_vec(), 400, "invalid_request", Some("capture")),
+        ("string amount", with(&[json_ct.clone(), key("k1")]), br#"{"amount":"100","currency":"usd","payment_method":"pm_card_visa"}"#.to_vec(), 400, "invalid_request", Some("amount")),
+        ("float amount", with(&[json_ct.clone(), key("k1")]), br#"{"amount":1.5,"currency":"usd","payment_method":"pm_card_visa"}"#.to_vec(), 400, "invalid_request", Some("amount")),
+        ("zero amount", with(&[json_ct.clone(), key("k1")]), br#"{"amount":0,"currency":"usd","payment_method":"pm_card_visa"}"#.to_vec(), 400, "invalid_request", Some("amount")),
+        ("huge amount", with(&[json_ct.clone(), key("k1")]), br#"{"amount":100000000,"currency":"usd","payment_method":"pm_card_visa"}"#.to_vec(), 400, "invalid_request", Some("amount")),
+        ("overflowing amount", with(&[json_ct.clone(), key("k1")]), br#"{"amount":184467440737095516150,"currency":"usd","payment_method":"pm_card_visa"}"#.to_vec(), 400, "invalid_request", Some("amount")),
+        ("bad currency", with(&[json_ct.clone(), key("k1")]), br#"{"amount":100,"currency":"usx","payment_method":"pm_card_visa"}"#.to_vec(), 400, "invalid_request", Some("currency")),
+        ("missing method", with(&[json_ct.clone(), key("k1")]), br#"{"amount":100,"currency":"usd"}"#.to_vec(), 400, "invalid_request", Some("payment_method")),
+        ("metadata value", with(&[json_ct.clone(), key("k1")]), br#"{"amount":100,"currency":"usd","payment_method":"pm_card_visa","metadata":{"a":{"b":1}}}"#.to_vec(), 400, "invalid_request", Some("metadata")),
+        ("deep nesting", with(&[json_ct.clone(), key("k1")]), format!("{}{}", "[".repeat(5000), "]".repeat(5000)).into_bytes(), 400, "invalid_request", None),
+        ("bad utf-8", with(&[json_ct.clone(), key("k1")]), b"{\"amount\":\xff}".to_vec(), 400, "invalid_request", None),
+    ];
+
+    for (name, headers, body, status, code, param) in cases {
+        let response = app.request("POST", "/v1/payments", &headers, body).await;
+        let problem = response.assert_problem(status, code);
+        assert_eq!(problem["param"].as_str(), param, "{name}: {problem}");
+        assert!(response.header("x-request-id").is_some(), "{name}");
+    }
+    assert_eq!(app.payment_rows().await, 0, "nothing was stored");
+    assert_eq!(
+        app.simulator.charge_calls(),
+        0,
+        "nothing reached the provider"
+    );
+
+    // A wrong method on a known route, and unknown routes.
+    app.request("DELETE", "/v1/payments", &with(&[]), Vec::new())
+        .await
+        .assert_problem(405, "method_not_allowed");
+    app.request("GET", "/v2/anything", &[], Vec::new())
+        .await
+        .assert_problem(404, "not_found");
+    app.request("GET", "/v1/payments", &[], Vec::new())
+        .await
+        .assert_problem(401, "unauthorized");
+}
