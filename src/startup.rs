@@ -13,7 +13,7 @@ use crate::auth::ApiKeyCache;
 use crate::config::Settings;
 use crate::db::{self, DatabaseTarget, Db, merchants};
 use crate::idempotency::InFlight;
-use crate::provider::{InProcessProvider, PaymentProvider, Simulator};
+use crate::provider::{HttpProvider, InProcessProvider, PaymentProvider, Simulator};
 use crate::routes;
 
 /// Shared by every worker and background task.
@@ -77,11 +77,21 @@ impl Application {
             })?;
         }
 
-        let simulator = Arc::new(Simulator::new());
-        let provider: Arc<dyn PaymentProvider> = Arc::new(InProcessProvider::new(
-            simulator.clone(),
-            settings.provider_latency,
-        ));
+        let (provider, simulator): (Arc<dyn PaymentProvider>, _) = match &settings.provider_url {
+            Some(url) => (
+                Arc::new(HttpProvider::new(
+                    url.clone(),
+                    settings.provider_timeout,
+                    settings.provider_max_attempts,
+                )),
+                None,
+            ),
+            None => {
+                let simulator = Arc::new(Simulator::new());
+                let provider = InProcessProvider::new(simulator.clone(), settings.provider_latency);
+                (Arc::new(provider), Some(simulator))
+            }
+        };
 
         let listener =
             TcpListener::bind(&settings.bind_addr).map_err(|source| StartupError::Bind {
@@ -104,10 +114,11 @@ impl Application {
             api_keys: ApiKeyCache::default(),
         };
         let server = run(listener, state.clone())?;
+        actix_web::rt::spawn(crate::payments::recovery::run(state.clone()));
         Ok(Self {
             port,
             server,
-            simulator: Some(simulator),
+            simulator,
             state,
         })
     }

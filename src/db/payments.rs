@@ -196,3 +196,25 @@ pub fn count_for_merchant(conn: &mut DbConnection, merchant_id: &str) -> QueryRe
         .count()
         .get_result(conn)
 }
+
+/// Unfinished payments nobody owns and nobody has touched for longer than the lease:
+/// their request died, or answered 202 and was never retried.
+pub fn find_abandoned(
+    conn: &mut DbConnection,
+    now: Timestamp,
+    untouched_since: Timestamp,
+    limit: i64,
+) -> QueryResult<Vec<PaymentRow>> {
+    payments::table
+        .filter(payments::status.eq(PROCESSING))
+        .filter(payments::updated_at.le(untouched_since))
+        .filter(
+            payments::lease_expires_at
+                .is_null()
+                .or(payments::lease_expires_at.le(now)),
+        )
+        .order(payments::updated_at.asc())
+        .limit(limit)
+        .select(PaymentRow::as_select())
+        .load(conn)
+}

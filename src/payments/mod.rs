@@ -11,6 +11,7 @@
 //!                              lease free → take over → drive
 //! ```
 
+pub mod recovery;
 pub mod request;
 pub mod view;
 

@@ -1,8 +1,11 @@
 //! The port to the payment provider. The service only sees [`PaymentProvider`]; behind it
 //! sit the in-process simulator (the default) and, with `PROVIDER_URL`, the HTTP client.
 
+mod http;
+pub mod sim_server;
 mod simulator;
 
+pub use http::HttpProvider;
 pub use simulator::{InProcessProvider, Simulator};
 
 use futures_util::future::LocalBoxFuture;

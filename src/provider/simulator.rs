@@ -115,10 +115,13 @@ impl PaymentProvider for InProcessProvider {
         request: &'a ChargeRequest,
     ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>> {
         Box::pin(async move {
+            // The money moves first, the answer takes its time: a request that dies while
+            // waiting has already charged, which is what recovery must cope with.
+            let charge = self.simulator.charge(idempotency_key, request);
             if !self.latency.is_zero() {
                 actix_web::rt::time::sleep(self.latency).await;
             }
-            Ok(self.simulator.charge(idempotency_key, request))
+            Ok(charge)
         })
     }
 }

@@ -13,6 +13,7 @@ use payments_api::config::Settings;
 use payments_api::db::{DatabaseTarget, merchants, payments as payment_rows};
 use payments_api::domain::new_api_key;
 use payments_api::provider::Simulator;
+use payments_api::provider::sim_server::{self, Faults};
 use payments_api::startup::{AppState, Application};
 use serde_json::Value;
 
@@ -24,7 +25,7 @@ pub struct TestApp {
     pub simulator: Arc<Simulator>,
     pub state: AppState,
     handle: ServerHandle,
-    _database: TestDatabase,
+    _database: Option<TestDatabase>,
 }
 
 pub struct TestResponse {
@@ -66,13 +67,14 @@ impl TestResponse {
     }
 }
 
-enum TestDatabase {
+pub enum TestDatabase {
     Sqlite(std::path::PathBuf),
     Postgres { base_url: String, schema: String },
 }
 
 impl TestDatabase {
-    fn create() -> (Self, String) {
+    /// A database of its own and its URL.
+    pub fn create() -> (Self, String) {
         let unique = uuid::Uuid::new_v4().simple().to_string();
         match std::env::var("TEST_DATABASE_URL")
             .ok()
@@ -140,14 +142,60 @@ pub async fn spawn_app() -> TestApp {
 
 pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     let (database, url) = TestDatabase::create();
+    let mut app = start_instance(test_settings(url), configure, None).await;
+    app._database = Some(database);
+    app
+}
+
+/// The service with `PROVIDER_URL` pointing at `provider`; `app.simulator` is its ledger.
+pub async fn spawn_app_with_provider(
+    provider: &TestProvider,
+    configure: impl FnOnce(&mut Settings),
+) -> TestApp {
+    let (database, url) = TestDatabase::create();
     let mut settings = test_settings(url);
+    settings.provider_url = Some(provider.url.clone());
+    let mut app = start_instance(settings, configure, Some(provider.simulator.clone())).await;
+    app._database = Some(database);
+    app
+}
+
+/// `n` instances of the service on one database and one provider, as in production.
+pub async fn spawn_cluster(
+    n: usize,
+    provider: &TestProvider,
+    configure: impl Fn(&mut Settings),
+) -> (Vec<TestApp>, TestDatabase) {
+    let (database, url) = TestDatabase::create();
+    let mut settings = test_settings(url);
+    settings.provider_url = Some(provider.url.clone());
+    let mut apps = Vec::new();
+    for _ in 0..n {
+        let app = start_instance(
+            settings.clone(),
+            &configure,
+            Some(provider.simulator.clone()),
+        )
+        .await;
+        apps.push(app);
+    }
+    (apps, database)
+}
+
+async fn start_instance(
+    mut settings: Settings,
+    configure: impl FnOnce(&mut Settings),
+    provider_ledger: Option<Arc<Simulator>>,
+) -> TestApp {
     configure(&mut settings);
     let api_key = settings.bootstrap_api_key.clone().expect("bootstrap key");
     let app = Application::build(settings)
         .await
         .expect("the application starts");
     let address = format!("http://127.0.0.1:{}", app.port());
-    let simulator = app.simulator().expect("in-process simulator");
+    let simulator = provider_ledger
+        .or_else(|| app.simulator())
+        .expect("a provider ledger");
     let state = app.state().clone();
     let handle = app.handle();
     actix_web::rt::spawn(app.run_until_stopped());
@@ -158,19 +206,56 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
         })
         .await
         .expect("default merchant");
-    let client = awc::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .connector(awc::Connector::new().limit(1000))
-        .finish();
     TestApp {
         address,
         api_key,
         merchant_id,
-        client,
+        client: test_client(),
         simulator,
         state,
         handle,
-        _database: database,
+        _database: None,
+    }
+}
+
+pub fn test_client() -> awc::Client {
+    awc::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .connector(awc::Connector::new().limit(1000))
+        .finish()
+}
+
+/// The provider simulator over HTTP on port 0, with its faults under the test's control.
+pub struct TestProvider {
+    pub url: String,
+    pub simulator: Arc<Simulator>,
+    pub faults: Arc<Faults>,
+    handle: ServerHandle,
+}
+
+pub async fn spawn_provider() -> TestProvider {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind provider");
+    let url = format!(
+        "http://{}",
+        listener.local_addr().expect("provider address")
+    );
+    let simulator = Arc::new(Simulator::new());
+    let faults = Arc::new(Faults::default());
+    let server =
+        sim_server::serve(listener, simulator.clone(), faults.clone()).expect("provider starts");
+    let handle = server.handle();
+    actix_web::rt::spawn(server);
+    TestProvider {
+        url,
+        simulator,
+        faults,
+        handle,
+    }
+}
+
+impl Drop for TestProvider {
+    fn drop(&mut self) {
+        drop(self.handle.stop(false));
     }
 }
 

@@ -1,0 +1,74 @@
+//! `provider-sim`: the simulated payment provider as its own HTTP server.
+
+use std::net::TcpListener;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use payments_api::config::LogFormat;
+use payments_api::provider::Simulator;
+use payments_api::provider::sim_server::{self, Faults};
+use payments_api::telemetry;
+
+fn setting(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn rate(name: &'static str) -> Result<u32, String> {
+    match setting(name) {
+        None => Ok(0),
+        Some(v) => match v.trim().parse::<f64>() {
+            Ok(r) if (0.0..=1.0).contains(&r) => Ok(Faults::rate_to_ppm(r)),
+            _ => Err(format!(
+                "invalid value for {name}: expected a number from 0 to 1, got {v:?}"
+            )),
+        },
+    }
+}
+
+fn millis(name: &'static str) -> Result<u64, String> {
+    match setting(name) {
+        None => Ok(0),
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| format!("invalid value for {name}: expected milliseconds, got {v:?}")),
+    }
+}
+
+fn main() -> ExitCode {
+    let _ = dotenvy::dotenv();
+    let format = match setting("LOG_FORMAT").as_deref() {
+        Some("json") => LogFormat::Json,
+        _ => LogFormat::Pretty,
+    };
+    telemetry::init(format);
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("provider-sim: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> Result<(), String> {
+    let bind = setting("PROVIDER_SIM_BIND").unwrap_or_else(|| "127.0.0.1:9090".to_owned());
+    let faults = Arc::new(Faults::default());
+    faults
+        .latency_ms
+        .store(millis("PROVIDER_LATENCY_MS")?, Ordering::Relaxed);
+    faults
+        .fail_rate_ppm
+        .store(rate("PROVIDER_FAIL_RATE")?, Ordering::Relaxed);
+    faults
+        .drop_rate_ppm
+        .store(rate("PROVIDER_DROP_RATE")?, Ordering::Relaxed);
+    let listener = TcpListener::bind(&bind).map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+    actix_web::rt::System::new().block_on(async move {
+        let server = sim_server::serve(listener, Arc::new(Simulator::new()), faults)
+            .map_err(|e| e.to_string())?;
+        tracing::info!(%bind, "provider-sim listening");
+        server.await.map_err(|e| e.to_string())
+    })
+}

@@ -1,0 +1,144 @@
+//! The provider over HTTP (`PROVIDER_URL`): every attempt has its own timeout, and
+//! connection errors, timeouts and 5xx are retried with exponential backoff and full
+//! jitter — always with the same idempotency key, so retrying can never charge twice.
+
+use std::time::Duration;
+
+use futures_util::future::LocalBoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{Charge, ChargeRequest, OutcomeUnknown, PaymentProvider};
+
+pub struct HttpProvider {
+    base_url: String,
+    timeout: Duration,
+    max_attempts: u32,
+}
+
+/// Backoff before attempt `n + 1`: uniformly random in [0, min(cap, base · 2ⁿ)].
+fn backoff(attempt: u32) -> Duration {
+    const BASE_MS: u64 = 100;
+    const CAP_MS: u64 = 2_000;
+    let ceiling = BASE_MS.saturating_mul(1u64 << attempt.min(16)).min(CAP_MS);
+    let random = (uuid::Uuid::new_v4().as_u128() >> 64) as u64;
+    Duration::from_millis(random % (ceiling + 1))
+}
+
+thread_local! {
+    // awc's client is per thread (actix workers are single-threaded); one per thread keeps
+    // its connection pool warm across requests.
+    static CLIENT: awc::Client = awc::Client::builder()
+        .disable_timeout()
+        .connector(awc::Connector::new().limit(256))
+        .finish();
+}
+
+enum Attempt<T> {
+    Done(T),
+    /// Worth another attempt: the request may not have arrived, or the provider failed.
+    Retry(String),
+    /// Another attempt would get the same answer.
+    GiveUp(String),
+}
+
+impl HttpProvider {
+    pub fn new(base_url: String, timeout: Duration, max_attempts: u32) -> Self {
+        Self {
+            base_url,
+            timeout,
+            max_attempts: max_attempts.max(1),
+        }
+    }
+
+    async fn attempt<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        idempotency_key: &str,
+        body: &B,
+    ) -> Attempt<T> {
+        let url = format!("{}{path}", self.base_url);
+        let client = CLIENT.with(Clone::clone);
+        let exchange = async {
+            let mut response = client
+                .post(&url)
+                .insert_header(("Idempotency-Key", idempotency_key))
+                .send_json(body)
+                .await
+                .map_err(|e| Attempt::Retry(format!("request failed: {e}")))?;
+            let status = response.status();
+            let bytes = response
+                .body()
+                .limit(1024 * 1024)
+                .await
+                .map_err(|e| Attempt::Retry(format!("response body lost: {e}")))?;
+            if status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 409 {
+                return Err(Attempt::Retry(format!("provider answered {status}")));
+            }
+            if !status.is_success() {
+                return Err(Attempt::GiveUp(format!("provider answered {status}")));
+            }
+            serde_json::from_slice::<T>(&bytes)
+                .map_err(|e| Attempt::GiveUp(format!("provider answer not understood: {e}")))
+        };
+        match actix_web::rt::time::timeout(self.timeout, exchange).await {
+            Ok(Ok(value)) => Attempt::Done(value),
+            Ok(Err(attempt)) => attempt,
+            Err(_) => Attempt::Retry(format!("no answer within {} ms", self.timeout.as_millis())),
+        }
+    }
+
+    async fn call<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        idempotency_key: &str,
+        body: &B,
+    ) -> Result<T, OutcomeUnknown> {
+        let mut last = String::new();
+        for attempt in 0..self.max_attempts {
+            if attempt > 0 {
+                actix_web::rt::time::sleep(backoff(attempt - 1)).await;
+            }
+            match self.attempt(path, idempotency_key, body).await {
+                Attempt::Done(value) => return Ok(value),
+                Attempt::Retry(why) => {
+                    tracing::warn!(path, attempt = attempt + 1, reason = %why, "provider attempt failed");
+                    last = why;
+                }
+                Attempt::GiveUp(why) => {
+                    tracing::error!(path, reason = %why, "provider call failed");
+                    return Err(OutcomeUnknown(why));
+                }
+            }
+        }
+        Err(OutcomeUnknown(last))
+    }
+}
+
+impl PaymentProvider for HttpProvider {
+    fn create_charge<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a ChargeRequest,
+    ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>> {
+        Box::pin(self.call("/v1/charges", idempotency_key, request))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn backoff_is_jittered_under_an_exponential_cap() {
+        for attempt in 0..10 {
+            let cap = Duration::from_millis((100u64 << attempt).min(2000));
+            for _ in 0..50 {
+                assert!(backoff(attempt) <= cap);
+            }
+        }
+        let samples: std::collections::HashSet<Duration> = (0..50).map(|_| backoff(5)).collect();
+        assert!(samples.len() > 1, "full jitter varies");
+    }
+}

@@ -1,0 +1,141 @@
+//! The simulator over HTTP: the provider protocol of the contract, served by the same
+//! [`Simulator`] core the service uses in-process. `provider-sim` runs it; tests start it
+//! on port 0 and steer its faults.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use actix_web::dev::Server;
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+
+use super::{ChargeRequest, Simulator};
+
+/// Fault injection. Rates apply to every call; the `*_next` counters and `down` let tests
+/// script exact sequences.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Latency of every answer (after the money has moved).
+    pub latency_ms: AtomicU64,
+    /// Answer 500 without charging, this share of calls (0.0–1.0, as parts per million).
+    pub fail_rate_ppm: AtomicU32,
+    /// Charge, then never answer, this share of calls.
+    pub drop_rate_ppm: AtomicU32,
+    /// Answer 500 without charging the next N calls.
+    pub fail_next: AtomicU32,
+    /// Charge, then never answer, the next N calls.
+    pub drop_next: AtomicU32,
+    /// Answer 503 to everything without charging.
+    pub down: AtomicBool,
+    /// Charge calls that arrived over HTTP, whatever became of them.
+    pub http_calls: AtomicU64,
+}
+
+impl Faults {
+    pub fn rate_to_ppm(rate: f64) -> u32 {
+        (rate.clamp(0.0, 1.0) * 1_000_000.0).round() as u32
+    }
+
+    fn take(counter: &AtomicU32) -> bool {
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    fn roll(ppm: &AtomicU32) -> bool {
+        let ppm = ppm.load(Ordering::Relaxed);
+        ppm > 0 && ((uuid::Uuid::new_v4().as_u128() >> 64) as u64 % 1_000_000) < u64::from(ppm)
+    }
+
+    fn should_fail(&self) -> bool {
+        Self::take(&self.fail_next) || Self::roll(&self.fail_rate_ppm)
+    }
+
+    fn should_drop(&self) -> bool {
+        Self::take(&self.drop_next) || Self::roll(&self.drop_rate_ppm)
+    }
+}
+
+#[derive(Clone)]
+struct SimState {
+    simulator: Arc<Simulator>,
+    faults: Arc<Faults>,
+}
+
+fn error(status: actix_web::http::StatusCode, message: &str) -> HttpResponse {
+    HttpResponse::build(status).json(serde_json::json!({"error": {"message": message}}))
+}
+
+fn idempotency_key(req: &HttpRequest) -> Option<String> {
+    let key = req.headers().get("idempotency-key")?.to_str().ok()?.trim();
+    (!key.is_empty()).then(|| key.to_owned())
+}
+
+/// How long a dropped answer hangs: far longer than any client waits.
+const DROP_HANG: Duration = Duration::from_secs(3600);
+
+async fn create_charge(
+    state: web::Data<SimState>,
+    req: HttpRequest,
+    body: web::Bytes,
+) -> HttpResponse {
+    state.faults.http_calls.fetch_add(1, Ordering::SeqCst);
+    use actix_web::http::StatusCode;
+    if state.faults.down.load(Ordering::SeqCst) {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "simulated outage");
+    }
+    let Some(key) = idempotency_key(&req) else {
+        return error(StatusCode::BAD_REQUEST, "Idempotency-Key header required");
+    };
+    let request: ChargeRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("invalid charge request: {e}"),
+            );
+        }
+    };
+    if state.faults.should_fail() {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "simulated failure (nothing charged)",
+        );
+    }
+    let charge = state.simulator.charge(&key, &request);
+    if state.faults.should_drop() {
+        tracing::info!(charge_id = %charge.id, "simulated drop: charged, not answering");
+        actix_web::rt::time::sleep(DROP_HANG).await;
+    }
+    let latency = state.faults.latency_ms.load(Ordering::Relaxed);
+    if latency > 0 {
+        actix_web::rt::time::sleep(Duration::from_millis(latency)).await;
+    }
+    HttpResponse::Ok().json(charge)
+}
+
+async fn list_charges(state: web::Data<SimState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .json(serde_json::json!({"object": "list", "data": state.simulator.charges()}))
+}
+
+/// Serves the provider protocol on `listener` until stopped.
+pub fn serve(
+    listener: TcpListener,
+    simulator: Arc<Simulator>,
+    faults: Arc<Faults>,
+) -> std::io::Result<Server> {
+    let state = web::Data::new(SimState { simulator, faults });
+    Ok(HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .app_data(web::PayloadConfig::new(64 * 1024))
+            .route("/v1/charges", web::post().to(create_charge))
+            .route("/v1/charges", web::get().to(list_charges))
+    })
+    // A dropped answer hangs on purpose; don't let it hold up a stop.
+    .shutdown_timeout(1)
+    .listen(listener)?
+    .run())
+}

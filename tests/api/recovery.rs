@@ -1,0 +1,295 @@
+//! Lost responses, provider outages, crashes and several instances: every one ends in
+//! exactly one charge and one final answer.
+
+use std::collections::HashSet;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use serde_json::Value;
+
+use crate::helpers::{
+    TestApp, TestDatabase, spawn_app_with_provider, spawn_cluster, spawn_provider, test_client,
+    visa,
+};
+
+/// Polls the payment until it is no longer `processing`.
+async fn wait_until_final(app: &TestApp, id: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let payment = app.get(&format!("/v1/payments/{id}")).await.json();
+        if payment["status"] != "processing" {
+            return payment;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "payment {id} still processing after {within:?}"
+        );
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[actix_web::test]
+async fn a_provider_500_is_retried_with_the_same_key_and_charges_once() {
+    let provider = spawn_provider().await;
+    provider.faults.fail_next.store(1, Ordering::SeqCst);
+    let app = spawn_app_with_provider(&provider, |s| s.provider_max_attempts = 3).await;
+
+    let response = app.post_payment("retry-500", &visa(1500)).await;
+    assert_eq!(response.status, 201, "{}", response.text());
+    assert_eq!(response.json()["status"], "succeeded");
+    assert_eq!(
+        provider.faults.http_calls.load(Ordering::SeqCst),
+        2,
+        "one 500, one success"
+    );
+    assert_eq!(app.charges(), 1);
+}
+
+#[actix_web::test]
+async fn a_dropped_response_is_retried_and_the_charge_is_not_repeated() {
+    let provider = spawn_provider().await;
+    provider.faults.drop_next.store(1, Ordering::SeqCst);
+    let app = spawn_app_with_provider(&provider, |s| {
+        s.provider_timeout = Duration::from_millis(300);
+        s.provider_max_attempts = 3;
+    })
+    .await;
+
+    let response = app.post_payment("dropped", &visa(2500)).await;
+    assert_eq!(response.status, 201, "{}", response.text());
+    let payment = response.json();
+    assert_eq!(payment["status"], "succeeded");
+    assert_eq!(provider.faults.http_calls.load(Ordering::SeqCst), 2);
+    let charges = provider.simulator.charges();
+    assert_eq!(charges.len(), 1, "the retry found the first charge");
+    assert_eq!(payment["provider_charge_id"], charges[0].id.as_str());
+}
+
+#[actix_web::test]
+async fn every_answer_lost_gives_202_and_recovery_finishes_with_one_charge() {
+    let provider = spawn_provider().await;
+    provider.faults.drop_next.store(2, Ordering::SeqCst);
+    let app = spawn_app_with_provider(&provider, |s| {
+        s.provider_timeout = Duration::from_millis(200);
+        s.provider_max_attempts = 2;
+        s.processing_lease = Duration::from_millis(300);
+        s.recovery_interval = Duration::from_millis(100);
+    })
+    .await;
+
+    let response = app.post_payment("all-lost", &visa(900)).await;
+    assert_eq!(response.status, 202, "{}", response.text());
+    let pending = response.json();
+    assert_eq!(pending["status"], "processing");
+    assert_eq!(
+        app.charges(),
+        1,
+        "the provider charged although no answer came back"
+    );
+
+    let id = pending["id"].as_str().unwrap();
+    let finished = wait_until_final(&app, id, Duration::from_secs(10)).await;
+    assert_eq!(finished["status"], "succeeded");
+    assert_eq!(app.charges(), 1, "resuming used the same idempotency key");
+
+    let retry = app.post_payment("all-lost", &visa(900)).await;
+    assert_eq!(retry.status, 201);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retry.json(), finished);
+}
+
+#[actix_web::test]
+async fn provider_down_gives_202_and_the_recovery_worker_finishes_once_it_is_back() {
+    let provider = spawn_provider().await;
+    provider.faults.down.store(true, Ordering::SeqCst);
+    let app = spawn_app_with_provider(&provider, |s| {
+        s.provider_max_attempts = 2;
+        s.processing_lease = Duration::from_millis(300);
+        s.recovery_interval = Duration::from_millis(100);
+    })
+    .await;
+
+    let response = app.post_payment("outage", &visa(1200)).await;
+    assert_eq!(response.status, 202);
+    let id = response.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(app.charges(), 0);
+    // While the provider is down the payment stays processing, whoever retries.
+    actix_web::rt::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        app.get(&format!("/v1/payments/{id}")).await.json()["status"],
+        "processing"
+    );
+
+    provider.faults.down.store(false, Ordering::SeqCst);
+    let finished = wait_until_final(&app, &id, Duration::from_secs(10)).await;
+    assert_eq!(finished["status"], "succeeded");
+    assert_eq!(app.charges(), 1);
+    let retry = app.post_payment("outage", &visa(1200)).await;
+    assert_eq!(retry.status, 201);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+}
+
+#[actix_web::test]
+async fn a_retry_after_202_takes_the_payment_over_at_once() {
+    let provider = spawn_provider().await;
+    provider.faults.down.store(true, Ordering::SeqCst);
+    // A lease far longer than the test: only the 202's release lets the retry in.
+    let app = spawn_app_with_provider(&provider, |s| {
+        s.provider_max_attempts = 1;
+        s.processing_lease = Duration::from_secs(600);
+        s.recovery_interval = Duration::from_secs(600);
+    })
+    .await;
+    let first = app.post_payment("resume", &visa(300)).await;
+    assert_eq!(first.status, 202);
+    provider.faults.down.store(false, Ordering::SeqCst);
+
+    let retry = app.post_payment("resume", &visa(300)).await;
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(retry.json()["status"], "succeeded");
+    assert_eq!(retry.json()["id"], first.json()["id"]);
+    assert_eq!(app.charges(), 1);
+    let again = app.post_payment("resume", &visa(300)).await;
+    assert_eq!(again.body, retry.body);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+}
+
+#[actix_web::test]
+async fn three_instances_on_one_database_charge_once_for_200_identical_requests() {
+    let provider = spawn_provider().await;
+    provider.faults.latency_ms.store(300, Ordering::SeqCst);
+    let (apps, _database) = spawn_cluster(3, &provider, |s| {
+        s.bootstrap_api_key = Some("sk_test_cluster_shared_key_0001".to_owned());
+    })
+    .await;
+
+    let body = visa(7700);
+    let responses =
+        join_all((0..200).map(|i| apps[i % apps.len()].post_payment("cluster-storm", &body))).await;
+    let statuses: HashSet<u16> = responses.iter().map(|r| r.status.as_u16()).collect();
+    assert_eq!(statuses, HashSet::from([201]));
+    let bodies: HashSet<&[u8]> = responses.iter().map(|r| r.body.as_slice()).collect();
+    assert_eq!(bodies.len(), 1, "one body across all instances");
+    assert_eq!(provider.simulator.charges().len(), 1);
+    assert_eq!(
+        provider.simulator.charge_calls(),
+        1,
+        "only the winner called the provider"
+    );
+    assert_eq!(apps[0].payment_rows().await, 1);
+}
+
+/// The real binary as a child process.
+struct ServiceProcess {
+    child: Child,
+    address: String,
+}
+
+impl ServiceProcess {
+    async fn start(env: &[(&str, String)]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_payments-api"));
+        command
+            .env_clear()
+            .env("BIND_ADDR", format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let child = command.spawn().expect("the service starts");
+        let address = format!("http://127.0.0.1:{port}");
+        let client = test_client();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = client.get(format!("{address}/health/live")).send().await
+                && r.status() == 200
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the service did not come up");
+            actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+        }
+        Self { child, address }
+    }
+
+    fn kill_9(&mut self) {
+        let _ = self.child.kill(); // SIGKILL: no shutdown, no cleanup
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        self.kill_9();
+    }
+}
+
+#[actix_web::test]
+async fn a_service_killed_mid_charge_finishes_the_payment_after_restart_with_one_charge() {
+    let provider = spawn_provider().await;
+    provider.faults.latency_ms.store(1500, Ordering::SeqCst);
+    let (_database, url) = TestDatabase::create();
+    let key = "sk_test_kill9_0000000000000001".to_owned();
+    let env = [
+        ("DATABASE_URL", url),
+        ("BOOTSTRAP_API_KEY", key.clone()),
+        ("PROVIDER_URL", provider.url.clone()),
+        ("PROCESSING_LEASE_MS", "1000".to_owned()),
+        ("RECOVERY_INTERVAL_MS", "200".to_owned()),
+    ];
+    let mut service = ServiceProcess::start(&env).await;
+    let client = test_client();
+    let post = |address: String| {
+        client
+            .post(format!("{address}/v1/payments"))
+            .insert_header(("Authorization", format!("Bearer {key}")))
+            .insert_header(("Idempotency-Key", "crash-1"))
+            .send_json(&visa(4400))
+    };
+
+    // The charge is made and the provider is still answering when the process dies.
+    let in_flight = actix_web::rt::spawn(post(service.address.clone()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while provider.simulator.charges().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the charge never reached the provider"
+        );
+        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    service.kill_9();
+    assert!(
+        in_flight.await.unwrap().is_err(),
+        "the client lost its answer"
+    );
+
+    let restarted = ServiceProcess::start(&env).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let finished = loop {
+        let mut response = post(restarted.address.clone())
+            .await
+            .expect("retry answered");
+        let body: Value = response.json().await.expect("json body");
+        if response.status() == 201 {
+            break body;
+        }
+        assert!(
+            response.status() == 202 || response.status() == 409,
+            "unexpected {}: {body}",
+            response.status()
+        );
+        assert!(Instant::now() < deadline, "never finished: {body}");
+        actix_web::rt::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(finished["status"], "succeeded");
+    let charges = provider.simulator.charges();
+    assert_eq!(charges.len(), 1, "exactly one charge at the provider");
+    assert_eq!(finished["provider_charge_id"], charges[0].id.as_str());
+}
