@@ -1,6 +1,6 @@
 //! One builder for the whole service, used by `main` and by the tests alike.
 
-use std::net::TcpListener;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,8 +13,11 @@ use crate::auth::ApiKeyCache;
 use crate::config::Settings;
 use crate::db::{self, DatabaseTarget, Db, merchants};
 use crate::idempotency::InFlight;
-use crate::provider::{InProcessProvider, PaymentProvider, Simulator};
+use crate::provider::{
+    InProcessProvider, PaymentProvider, RetryPolicy, Simulator, WebhookDelivery,
+};
 use crate::routes;
+use crate::webhooks::{self, WebhookSecret};
 
 /// Shared by every worker and background task.
 #[derive(Clone)]
@@ -77,24 +80,39 @@ impl Application {
             })?;
         }
 
-        let simulator = Arc::new(Simulator::new());
-        let provider: Arc<dyn PaymentProvider> = Arc::new(InProcessProvider::new(
-            simulator.clone(),
-            settings.provider_latency,
-        ));
-
         let listener =
             TcpListener::bind(&settings.bind_addr).map_err(|source| StartupError::Bind {
                 addr: settings.bind_addr.clone(),
                 source,
             })?;
-        let port = listener
-            .local_addr()
-            .map_err(|source| StartupError::Bind {
-                addr: settings.bind_addr.clone(),
-                source,
-            })?
-            .port();
+        let local_addr = listener.local_addr().map_err(|source| StartupError::Bind {
+            addr: settings.bind_addr.clone(),
+            source,
+        })?;
+        let port = local_addr.port();
+
+        let simulator = Arc::new(Simulator::new());
+        let mut in_process = InProcessProvider::new(simulator.clone(), settings.provider_latency);
+        // The simulator finishes async charges by webhook to this very server, signed with
+        // the first configured secret (the port is only known now, after the bind).
+        match settings
+            .webhook_secrets
+            .first()
+            .map(|s| WebhookSecret::parse(s))
+        {
+            Some(Ok(secret)) => {
+                let delivery = WebhookDelivery::new(
+                    self_webhook_url(local_addr),
+                    secret,
+                    RetryPolicy::default(),
+                );
+                in_process = in_process.with_webhooks(delivery, settings.provider_async_delay);
+            }
+            _ => tracing::warn!(
+                "WEBHOOK_SECRETS is empty: async charges of the simulator stay pending"
+            ),
+        }
+        let provider: Arc<dyn PaymentProvider> = Arc::new(in_process);
 
         let state = AppState {
             db,
@@ -104,6 +122,7 @@ impl Application {
             api_keys: ApiKeyCache::default(),
         };
         let server = run(listener, state.clone())?;
+        webhooks::spawn_retention_task(state.db.clone());
         Ok(Self {
             port,
             server,
@@ -132,6 +151,19 @@ impl Application {
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         self.server.await
     }
+}
+
+/// Where this server receives provider webhooks, as seen from this host.
+fn self_webhook_url(addr: SocketAddr) -> String {
+    let host = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!(
+        "http://{}/v1/webhooks/provider",
+        SocketAddr::new(host, addr.port())
+    )
 }
 
 fn into_diesel(e: db::DbError) -> diesel::result::Error {

@@ -2,8 +2,10 @@
 //! sit the in-process simulator (the default) and, with `PROVIDER_URL`, the HTTP client.
 
 mod simulator;
+pub mod webhook_delivery;
 
 pub use simulator::{InProcessProvider, Simulator};
+pub use webhook_delivery::{RetryPolicy, WebhookDelivery};
 
 use futures_util::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
