@@ -5,3 +5,4 @@ mod helpers;
 mod idempotency;
 mod payments;
 mod validation;
+mod webhooks;
