@@ -19,10 +19,17 @@ pub async fn provider(
         signature: single_header(&req, "webhook-signature")?,
     };
     let receipt = webhooks::receive_provider_event(&state, headers, &body).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "received": true,
-        "duplicate": receipt.duplicate,
-    })))
+    Ok(HttpResponse::Ok().json(Received {
+        received: true,
+        duplicate: receipt.duplicate,
+    }))
+}
+
+/// `{"received": true, "duplicate": …}`, in that order.
+#[derive(serde::Serialize)]
+struct Received {
+    received: bool,
+    duplicate: bool,
 }
 
 /// A header sent at most once, as text; repeated or not visible ASCII is malformed (401).
