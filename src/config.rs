@@ -122,6 +122,12 @@ impl Settings {
                 .map(str::to_owned)
                 .collect(),
         };
+        if get("WEBHOOK_SECRETS").is_some() && webhook_secrets.is_empty() {
+            return Err(ConfigError::new(
+                "WEBHOOK_SECRETS",
+                "expected one or more comma-separated whsec_… secrets",
+            ));
+        }
         for (position, secret) in webhook_secrets.iter().enumerate() {
             // The message names the position, never the secret.
             crate::webhooks::WebhookSecret::parse(secret).map_err(|why| {
@@ -235,6 +241,7 @@ mod tests {
                 "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw,whsec_!!",
             ),
             ("WEBHOOK_SECRETS", "whsec_AAAA"),
+            ("WEBHOOK_SECRETS", " , "),
         ] {
             let err = settings(&[(name, value)]).err().expect(name);
             assert_eq!(err.variable, name);

@@ -75,10 +75,10 @@ pub struct RetryPolicy {
 }
 
 impl Default for RetryPolicy {
-    /// About 15 minutes of retries: 0.5 s, 1 s, 2 s, … capped at 5 min, 10 attempts.
+    /// About 13 minutes of retries: 12 attempts, 0.5 s, 1 s, 2 s, … apart, at most 5 min.
     fn default() -> Self {
         Self {
-            max_attempts: 10,
+            max_attempts: 12,
             first_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(300),
             timeout: Duration::from_secs(10),

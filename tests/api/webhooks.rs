@@ -1,12 +1,15 @@
 //! Inbound provider webhooks: signed by the test code itself with the server's secret.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use futures_util::future::join_all;
 use payments_api::db::webhook_events::{self, WebhookEventRow};
 use payments_api::domain::now;
-use payments_api::webhooks::{self, WebhookSecret, sign};
+use payments_api::provider::webhook_delivery;
+use payments_api::provider::{Charge, ProviderStatus, RetryPolicy, WebhookDelivery};
+use payments_api::webhooks::{self, SignedHeaders, WebhookSecret, sign, signature};
 use serde_json::{Value, json};
 
 use crate::helpers::{TEST_WEBHOOK_SECRET, TestApp, TestResponse, spawn_app, spawn_app_with};
@@ -587,4 +590,89 @@ async fn an_async_decline_is_failed_by_the_simulators_signed_webhook() {
     assert_eq!(retry.status, 201);
     assert_eq!(retry.header("idempotent-replayed"), Some("true"));
     assert_eq!(app.webhook_events().await, 1);
+}
+
+/// A receiver that refuses the first `refusals` deliveries with 503, checking every
+/// signature it gets; returns its URL and what it saw: (webhook-id, valid signature).
+async fn flaky_receiver(refusals: usize) -> (String, Arc<Mutex<Vec<(String, bool)>>>) {
+    let seen: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+    let log = seen.clone();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = actix_web::HttpServer::new(move || {
+        let log = log.clone();
+        actix_web::App::new().default_service(actix_web::web::to(
+            move |req: actix_web::HttpRequest, body: actix_web::web::Bytes| {
+                let log = log.clone();
+                async move {
+                    let header = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
+                    let headers = SignedHeaders {
+                        id: header("webhook-id"),
+                        timestamp: header("webhook-timestamp"),
+                        signature: header("webhook-signature"),
+                    };
+                    let valid =
+                        signature::verify(&[test_secret()], headers, &body, unix_now()).is_ok();
+                    let mut seen = log.lock().unwrap();
+                    seen.push((headers.id.unwrap_or("").to_owned(), valid));
+                    if seen.len() <= refusals {
+                        actix_web::HttpResponse::ServiceUnavailable().finish()
+                    } else {
+                        actix_web::HttpResponse::Ok().finish()
+                    }
+                }
+            },
+        ))
+    })
+    .workers(1)
+    .listen(listener)
+    .unwrap()
+    .run();
+    actix_web::rt::spawn(server);
+    (format!("http://127.0.0.1:{port}/hook"), seen)
+}
+
+fn quick_retries(max_attempts: u32) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts,
+        first_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(40),
+        timeout: Duration::from_secs(5),
+    }
+}
+
+fn succeeded_charge() -> Charge {
+    Charge {
+        id: "ch_1".into(),
+        status: ProviderStatus::Succeeded,
+        amount: 100,
+        currency: "usd".into(),
+        reference: "pay_1".into(),
+        failure_code: None,
+        failure_message: None,
+    }
+}
+
+#[actix_web::test]
+async fn delivery_is_retried_with_the_same_id_until_a_2xx() {
+    let (url, seen) = flaky_receiver(3).await;
+    let delivery = WebhookDelivery::new(url, test_secret(), quick_retries(10));
+    let event = webhook_delivery::charge_event(&succeeded_charge()).unwrap();
+    assert_eq!(delivery.deliver(&event).await.unwrap(), 4);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 4, "three refusals, then the delivery");
+    assert!(
+        seen.iter().all(|(id, valid)| *id == event.id && *valid),
+        "{seen:?}"
+    );
+}
+
+#[actix_web::test]
+async fn delivery_gives_up_after_its_attempts() {
+    let (url, seen) = flaky_receiver(usize::MAX).await;
+    let delivery = WebhookDelivery::new(url, test_secret(), quick_retries(3));
+    let event = webhook_delivery::charge_event(&succeeded_charge()).unwrap();
+    let failed = delivery.deliver(&event).await.unwrap_err();
+    assert_eq!(failed.attempts, 3);
+    assert_eq!(seen.lock().unwrap().len(), 3);
 }
