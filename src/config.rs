@@ -38,7 +38,11 @@ pub struct Settings {
     pub provider_max_attempts: u32,
     /// Latency of the in-process simulator (tests use it to hold a request in flight).
     pub provider_latency: Duration,
+    /// `whsec_…` secrets accepted on inbound webhooks (several = rotation); the first one
+    /// also signs the in-process simulator's webhooks.
     pub webhook_secrets: Vec<String>,
+    /// How long the in-process simulator keeps an async charge pending before its webhook.
+    pub provider_async_delay: Duration,
     pub processing_lease: Duration,
     pub recovery_interval: Duration,
     pub idempotency_wait: Duration,
@@ -109,7 +113,7 @@ impl Settings {
             ));
         }
 
-        let webhook_secrets = match get("WEBHOOK_SECRETS") {
+        let webhook_secrets: Vec<String> = match get("WEBHOOK_SECRETS") {
             None => Vec::new(),
             Some(list) => list
                 .split(',')
@@ -118,6 +122,21 @@ impl Settings {
                 .map(str::to_owned)
                 .collect(),
         };
+        if get("WEBHOOK_SECRETS").is_some() && webhook_secrets.is_empty() {
+            return Err(ConfigError::new(
+                "WEBHOOK_SECRETS",
+                "expected one or more comma-separated whsec_… secrets",
+            ));
+        }
+        for (position, secret) in webhook_secrets.iter().enumerate() {
+            // The message names the position, never the secret.
+            crate::webhooks::WebhookSecret::parse(secret).map_err(|why| {
+                ConfigError::new(
+                    "WEBHOOK_SECRETS",
+                    format!("secret #{}: {why}", position + 1),
+                )
+            })?;
+        }
 
         let log_format = match get("LOG_FORMAT").as_deref().map(str::trim) {
             None | Some("pretty") => LogFormat::Pretty,
@@ -150,6 +169,7 @@ impl Settings {
             provider_max_attempts: number("PROVIDER_MAX_ATTEMPTS", 3, 1..=20)?,
             provider_latency: millis("PROVIDER_LATENCY_MS", 0, 0)?,
             webhook_secrets,
+            provider_async_delay: millis("PROVIDER_ASYNC_DELAY_MS", 1000, 0)?,
             processing_lease: millis("PROCESSING_LEASE_MS", 30_000, 1)?,
             recovery_interval: millis("RECOVERY_INTERVAL_MS", 5000, 1)?,
             idempotency_wait: millis("IDEMPOTENCY_WAIT_MS", 2000, 0)?,
@@ -185,6 +205,22 @@ mod tests {
         assert_eq!(s.processing_lease, Duration::from_millis(30_000));
         assert_eq!(s.idempotency_wait, Duration::from_millis(2000));
         assert_eq!(s.log_format, LogFormat::Pretty);
+        assert_eq!(s.provider_async_delay, Duration::from_millis(1000));
+        assert!(s.webhook_secrets.is_empty());
+    }
+
+    #[test]
+    fn webhook_secrets_are_a_comma_separated_list_and_errors_hide_them() {
+        let s = settings(&[(
+            "WEBHOOK_SECRETS",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw, whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        )])
+        .unwrap();
+        assert_eq!(s.webhook_secrets.len(), 2);
+        let err = settings(&[("WEBHOOK_SECRETS", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS")])
+            .err()
+            .expect("truncated base64 is refused");
+        assert!(!err.to_string().contains("MfKQ9r8"), "{err}");
     }
 
     #[test]
@@ -198,6 +234,14 @@ mod tests {
             ("IDEMPOTENCY_WAIT_MS", "2s"),
             ("LOG_FORMAT", "xml"),
             ("PROVIDER_URL", "ftp://x"),
+            ("PROVIDER_ASYNC_DELAY_MS", "soon"),
+            ("WEBHOOK_SECRETS", "not-a-secret"),
+            (
+                "WEBHOOK_SECRETS",
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw,whsec_!!",
+            ),
+            ("WEBHOOK_SECRETS", "whsec_AAAA"),
+            ("WEBHOOK_SECRETS", " , "),
         ] {
             let err = settings(&[(name, value)]).err().expect(name);
             assert_eq!(err.variable, name);

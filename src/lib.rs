@@ -12,3 +12,4 @@ pub mod provider;
 pub mod routes;
 pub mod startup;
 pub mod telemetry;
+pub mod webhooks;

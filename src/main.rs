@@ -5,6 +5,7 @@ use payments_api::db::merchants;
 use payments_api::domain::new_api_key;
 use payments_api::startup::{Application, connect_and_migrate};
 use payments_api::telemetry;
+use payments_api::webhooks::WebhookSecret;
 
 const USAGE: &str = "usage: payments-api [serve | migrate | api-keys create --merchant NAME]";
 
@@ -72,6 +73,13 @@ fn serve(mut settings: Settings) -> Result<(), String> {
     } else {
         None
     };
+    let generated_webhook_secret = if settings.webhook_secrets.is_empty() {
+        let secret = WebhookSecret::generate();
+        settings.webhook_secrets = vec![secret.clone()];
+        Some(secret)
+    } else {
+        None
+    };
     actix_web::rt::System::new().block_on(async move {
         let bind = settings.bind_addr.clone();
         let app = Application::build(settings).await.map_err(|e| e.to_string())?;
@@ -86,6 +94,13 @@ fn serve(mut settings: Settings) -> Result<(), String> {
                  -H 'Authorization: Bearer {key}' -H 'Idempotency-Key: demo-1' \
                  -H 'Content-Type: application/json' \
                  -d '{{\"amount\": 2000, \"currency\": \"usd\", \"payment_method\": \"pm_card_visa\"}}'"
+            );
+        }
+        if let Some(secret) = generated_webhook_secret {
+            // Like the demo key: the zero-config run logs its generated secret once, so
+            // test webhooks can be signed by hand; set WEBHOOK_SECRETS otherwise.
+            tracing::info!(
+                "webhook secret (generated; set WEBHOOK_SECRETS to choose one): {secret}"
             );
         }
         app.run_until_stopped().await.map_err(|e| e.to_string())

@@ -1,6 +1,6 @@
 //! One builder for the whole service, used by `main` and by the tests alike.
 
-use std::net::TcpListener;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,8 +13,11 @@ use crate::auth::ApiKeyCache;
 use crate::config::Settings;
 use crate::db::{self, DatabaseTarget, Db, merchants};
 use crate::idempotency::InFlight;
-use crate::provider::{HttpProvider, InProcessProvider, PaymentProvider, Simulator};
+use crate::provider::{
+    HttpProvider, InProcessProvider, PaymentProvider, RetryPolicy, Simulator, WebhookDelivery,
+};
 use crate::routes;
+use crate::webhooks::{self, WebhookSecret};
 
 /// Shared by every worker and background task.
 #[derive(Clone)]
@@ -77,6 +80,17 @@ impl Application {
             })?;
         }
 
+        let listener =
+            TcpListener::bind(&settings.bind_addr).map_err(|source| StartupError::Bind {
+                addr: settings.bind_addr.clone(),
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| StartupError::Bind {
+            addr: settings.bind_addr.clone(),
+            source,
+        })?;
+        let port = local_addr.port();
+
         let (provider, simulator): (Arc<dyn PaymentProvider>, _) = match &settings.provider_url {
             Some(url) => (
                 Arc::new(HttpProvider::new(
@@ -88,23 +102,10 @@ impl Application {
             ),
             None => {
                 let simulator = Arc::new(Simulator::new());
-                let provider = InProcessProvider::new(simulator.clone(), settings.provider_latency);
-                (Arc::new(provider), Some(simulator))
+                let in_process = in_process_provider(&settings, simulator.clone(), local_addr);
+                (Arc::new(in_process), Some(simulator))
             }
         };
-
-        let listener =
-            TcpListener::bind(&settings.bind_addr).map_err(|source| StartupError::Bind {
-                addr: settings.bind_addr.clone(),
-                source,
-            })?;
-        let port = listener
-            .local_addr()
-            .map_err(|source| StartupError::Bind {
-                addr: settings.bind_addr.clone(),
-                source,
-            })?
-            .port();
 
         let state = AppState {
             db,
@@ -115,6 +116,7 @@ impl Application {
         };
         let server = run(listener, state.clone())?;
         actix_web::rt::spawn(crate::payments::recovery::run(state.clone()));
+        webhooks::spawn_retention_task(state.db.clone());
         Ok(Self {
             port,
             server,
@@ -142,6 +144,44 @@ impl Application {
 
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         self.server.await
+    }
+}
+
+/// Where this server receives provider webhooks, as seen from this host.
+fn self_webhook_url(addr: SocketAddr) -> String {
+    let host = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!(
+        "http://{}/v1/webhooks/provider",
+        SocketAddr::new(host, addr.port())
+    )
+}
+
+/// The simulator in this process. It finishes async charges by webhook to this very
+/// server, signed with the first configured secret (the port is only known after the bind).
+fn in_process_provider(
+    settings: &Settings,
+    simulator: Arc<Simulator>,
+    local_addr: std::net::SocketAddr,
+) -> InProcessProvider {
+    let in_process = InProcessProvider::new(simulator, settings.provider_latency);
+    match settings
+        .webhook_secrets
+        .first()
+        .map(|s| WebhookSecret::parse(s))
+    {
+        Some(Ok(secret)) => {
+            let delivery =
+                WebhookDelivery::new(self_webhook_url(local_addr), secret, RetryPolicy::default());
+            in_process.with_webhooks(delivery, settings.provider_async_delay)
+        }
+        _ => {
+            tracing::warn!("WEBHOOK_SECRETS is empty: async charges of the simulator stay pending");
+            in_process
+        }
     }
 }
 

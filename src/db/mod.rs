@@ -4,6 +4,7 @@
 pub mod merchants;
 pub mod payments;
 pub mod schema;
+pub mod webhook_events;
 
 use std::path::PathBuf;
 use std::time::Duration;

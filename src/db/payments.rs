@@ -81,6 +81,16 @@ pub fn find(
         .optional()
 }
 
+/// A payment by id alone, whatever its merchant: for events from the provider, which
+/// know our payment id (their `reference`) but not the merchant.
+pub fn find_by_id(conn: &mut DbConnection, id: &str) -> QueryResult<Option<PaymentRow>> {
+    payments::table
+        .filter(payments::id.eq(id))
+        .select(PaymentRow::as_select())
+        .first(conn)
+        .optional()
+}
+
 /// Takes over an unfinished payment whose lease is free. Returns whether this caller won;
 /// of many callers at once exactly one does.
 pub fn take_over(

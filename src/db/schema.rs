@@ -44,6 +44,15 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    webhook_events (id) {
+        id -> Text,
+        body_sha256 -> Text,
+        event_type -> Text,
+        received_at -> Timestamp,
+    }
+}
+
 diesel::joinable!(api_keys -> merchants (merchant_id));
 diesel::joinable!(payments -> merchants (merchant_id));
-diesel::allow_tables_to_appear_in_same_query!(merchants, api_keys, payments);
+diesel::allow_tables_to_appear_in_same_query!(merchants, api_keys, payments, webhook_events);

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use crate::auth::Merchant;
 use crate::db::DbError;
 use crate::db::payments::{self as rows, ListFilter, PaymentRow};
-use crate::domain::{IdempotencyKey, PaymentId, new_lease_token, now};
+use crate::domain::{IdempotencyKey, PaymentId, Timestamp, new_lease_token, now};
 use crate::error::ApiError;
 use crate::idempotency::{Answer, wait_for_outcome};
 use crate::provider::{Charge, ChargeRequest, ProviderStatus};
@@ -194,9 +194,15 @@ pub async fn drive(state: &AppState, row: PaymentRow, token: String) -> Result<A
     Ok(answer)
 }
 
-/// Records a final provider answer. If someone else (a webhook, another instance) finished
-/// the payment first, their stored answer is the answer.
-async fn finish(state: &AppState, mut row: PaymentRow, charge: Charge) -> Result<Answer, ApiError> {
+/// The payment as the provider's final answer leaves it, with the response that every
+/// retry of the original request replays from then on: 201 and the rendered payment. The
+/// request path and the webhook path both build it here, so whichever finishes a payment
+/// stores the same kind of answer. Returns the row and that body.
+pub fn final_state(
+    mut row: PaymentRow,
+    charge: Charge,
+    at: Timestamp,
+) -> Result<(PaymentRow, String), ApiError> {
     row.status = match charge.status {
         ProviderStatus::Succeeded => PaymentStatus::Succeeded,
         _ => PaymentStatus::Failed,
@@ -208,15 +214,24 @@ async fn finish(state: &AppState, mut row: PaymentRow, charge: Charge) -> Result
     row.failure_message = charge.failure_message;
     row.lease_token = None;
     row.lease_expires_at = None;
-    row.updated_at = now();
+    row.updated_at = at;
     let body = view::render(&row)?;
-    row.response_status = Some(201);
+    row.response_status = Some(i32::from(FINAL_STATUS));
     row.response_body = Some(body.clone());
+    Ok((row, body))
+}
 
+/// The status of a final answer: the payment was created, whatever its outcome.
+const FINAL_STATUS: u16 = 201;
+
+/// Records a final provider answer. If someone else (a webhook, another instance) finished
+/// the payment first, their stored answer is the answer.
+async fn finish(state: &AppState, row: PaymentRow, charge: Charge) -> Result<Answer, ApiError> {
+    let (row, body) = final_state(row, charge, now())?;
     let (id, merchant_id) = (row.id.clone(), row.merchant_id.clone());
     if state.db.run(move |conn| rows::finish(conn, &row)).await? {
         tracing::info!(payment_id = %id, "payment finished");
-        return Ok(Answer::new(201, body));
+        return Ok(Answer::new(FINAL_STATUS, body));
     }
     let current = state
         .db

@@ -4,9 +4,11 @@
 mod http;
 pub mod sim_server;
 mod simulator;
+pub mod webhook_delivery;
 
 pub use http::HttpProvider;
 pub use simulator::{InProcessProvider, Simulator};
+pub use webhook_delivery::{RetryPolicy, WebhookDelivery};
 
 use futures_util::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_util::future::LocalBoxFuture;
 
+use super::webhook_delivery::{WebhookDelivery, charge_event};
 use super::{Charge, ChargeRequest, OutcomeUnknown, PaymentProvider, ProviderStatus};
 
 #[derive(Default)]
@@ -15,6 +16,8 @@ struct Ledger {
     charge_by_key: HashMap<String, usize>,
     /// Every charge call, including those answered from the idempotency record.
     charge_calls: u64,
+    /// Payment method of each pending charge, by charge id: decides how it completes.
+    pending_methods: HashMap<String, String>,
 }
 
 #[derive(Default)]
@@ -60,6 +63,33 @@ impl Simulator {
         }
     }
 
+    /// How a pending (async) charge completes: `pm_card_async_declined` fails, others succeed.
+    pub fn decide_async(
+        payment_method: &str,
+    ) -> (ProviderStatus, Option<&'static str>, Option<&'static str>) {
+        match payment_method {
+            "pm_card_async_declined" => (
+                ProviderStatus::Failed,
+                Some("card_declined"),
+                Some("Your card was declined."),
+            ),
+            _ => (ProviderStatus::Succeeded, None, None),
+        }
+    }
+
+    /// Completes a pending charge, once: returns the finished charge to announce by webhook,
+    /// or `None` if it is unknown or was completed already.
+    pub fn complete_pending(&self, charge_id: &str) -> Option<Charge> {
+        let mut ledger = self.ledger();
+        let method = ledger.pending_methods.remove(charge_id)?;
+        let (status, failure_code, failure_message) = Self::decide_async(&method);
+        let charge = ledger.charges.iter_mut().find(|c| c.id == charge_id)?;
+        charge.status = status;
+        charge.failure_code = failure_code.map(str::to_owned);
+        charge.failure_message = failure_message.map(str::to_owned);
+        Some(charge.clone())
+    }
+
     /// Charges once per idempotency key; the same key again returns the first result.
     pub fn charge(&self, idempotency_key: &str, request: &ChargeRequest) -> Charge {
         let mut ledger = self.ledger();
@@ -77,6 +107,11 @@ impl Simulator {
             failure_code: failure_code.map(str::to_owned),
             failure_message: failure_message.map(str::to_owned),
         };
+        if status == ProviderStatus::Pending {
+            ledger
+                .pending_methods
+                .insert(charge.id.clone(), request.payment_method.clone());
+        }
         let index = ledger.charges.len();
         ledger.charges.push(charge.clone());
         ledger
@@ -96,15 +131,49 @@ impl Simulator {
     }
 }
 
-/// The simulator inside the service's process, with an optional latency per call.
+/// The simulator inside the service's process, with an optional latency per call. With
+/// webhooks configured, pending charges complete after `async_delay` and are announced by
+/// a signed webhook, as a real provider would.
 pub struct InProcessProvider {
     simulator: Arc<Simulator>,
     latency: Duration,
+    webhooks: Option<(Arc<WebhookDelivery>, Duration)>,
 }
 
 impl InProcessProvider {
     pub fn new(simulator: Arc<Simulator>, latency: Duration) -> Self {
-        Self { simulator, latency }
+        Self {
+            simulator,
+            latency,
+            webhooks: None,
+        }
+    }
+
+    pub fn with_webhooks(mut self, delivery: WebhookDelivery, async_delay: Duration) -> Self {
+        self.webhooks = Some((Arc::new(delivery), async_delay));
+        self
+    }
+
+    /// Completes a pending charge after the delay and delivers its webhook. Every call for
+    /// a pending charge schedules one, but only the first to complete it sends anything.
+    fn complete_later(&self, charge_id: String) {
+        let Some((delivery, delay)) = self.webhooks.clone() else {
+            return;
+        };
+        let simulator = self.simulator.clone();
+        actix_web::rt::spawn(async move {
+            actix_web::rt::time::sleep(delay).await;
+            let Some(event) = simulator
+                .complete_pending(&charge_id)
+                .as_ref()
+                .and_then(charge_event)
+            else {
+                return;
+            };
+            if let Err(e) = delivery.deliver(&event).await {
+                tracing::error!(error = %e, "simulator gave up delivering a webhook");
+            }
+        });
     }
 }
 
@@ -118,6 +187,9 @@ impl PaymentProvider for InProcessProvider {
             // The money moves first, the answer takes its time: a request that dies while
             // waiting has already charged, which is what recovery must cope with.
             let charge = self.simulator.charge(idempotency_key, request);
+            if charge.status == ProviderStatus::Pending {
+                self.complete_later(charge.id.clone());
+            }
             if !self.latency.is_zero() {
                 actix_web::rt::time::sleep(self.latency).await;
             }
@@ -168,6 +240,7 @@ mod tests {
                 Some("insufficient_funds"),
             ),
             ("pm_card_async", ProviderStatus::Pending, None),
+            ("pm_card_async_declined", ProviderStatus::Pending, None),
             (
                 "pm_bogus",
                 ProviderStatus::Failed,
@@ -180,5 +253,21 @@ mod tests {
             assert_eq!(charge.failure_code.as_deref(), code, "{method}");
             assert!(charge.id.starts_with("ch_"));
         }
+    }
+
+    #[test]
+    fn pending_charges_complete_once() {
+        let sim = Simulator::new();
+        let ok = sim.charge("a", &request("pm_card_async"));
+        let declined = sim.charge("b", &request("pm_card_async_declined"));
+        let done = sim.complete_pending(&ok.id).unwrap();
+        assert_eq!(done.status, ProviderStatus::Succeeded);
+        assert!(sim.complete_pending(&ok.id).is_none(), "completes once");
+        let failed = sim.complete_pending(&declined.id).unwrap();
+        assert_eq!(failed.status, ProviderStatus::Failed);
+        assert_eq!(failed.failure_code.as_deref(), Some("card_declined"));
+        let visa = sim.charge("c", &request("pm_card_visa"));
+        assert!(sim.complete_pending(&visa.id).is_none());
+        assert_eq!(sim.charges()[0].status, ProviderStatus::Succeeded);
     }
 }

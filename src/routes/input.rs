@@ -17,7 +17,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// 64 KiB (checked on `Content-Length` first, then on what actually arrives).
 pub async fn read_json_body(
     req: &HttpRequest,
-    mut payload: web::Payload,
+    payload: web::Payload,
 ) -> Result<web::Bytes, ApiError> {
     let content_type = req
         .headers()
@@ -28,6 +28,16 @@ pub async fn read_json_body(
     if !essence.eq_ignore_ascii_case("application/json") {
         return Err(ApiError::UnsupportedMediaType);
     }
+    read_body(req, payload).await
+}
+
+/// The raw body, whatever its content type, up to the limit: 413 beyond 64 KiB (checked on
+/// `Content-Length` first, then on what actually arrives). Webhooks use it directly: their
+/// signature covers the exact bytes, which must not be looked at before it is checked.
+pub async fn read_body(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+) -> Result<web::Bytes, ApiError> {
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)

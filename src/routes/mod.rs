@@ -3,6 +3,7 @@
 pub mod health;
 pub mod input;
 pub mod payments;
+pub mod webhooks;
 
 use actix_web::{HttpResponse, web};
 
@@ -18,6 +19,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/v1/payments/{id}")
             .route(web::get().to(payments::get))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/v1/webhooks/provider")
+            .route(web::post().to(webhooks::provider))
             .default_service(web::to(method_not_allowed)),
     )
     .service(

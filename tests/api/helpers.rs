@@ -125,6 +125,9 @@ impl Drop for TestDatabase {
     }
 }
 
+/// The secret the test server accepts (and its simulator signs with): tests sign with it.
+pub const TEST_WEBHOOK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
 pub fn test_settings(database_url: String) -> Settings {
     let mut settings = Settings::from_lookup(|_| None).expect("default settings");
     settings.database_url = database_url;
@@ -133,6 +136,7 @@ pub fn test_settings(database_url: String) -> Settings {
     settings.workers = Some(2);
     settings.database_pool_size = 8;
     settings.idempotency_wait = Duration::from_secs(10);
+    settings.webhook_secrets = vec![TEST_WEBHOOK_SECRET.to_owned()];
     settings
 }
 

@@ -6,3 +6,4 @@ mod idempotency;
 mod payments;
 mod recovery;
 mod validation;
+mod webhooks;

@@ -1,0 +1,331 @@
+//! Inbound provider webhooks: only signed events are trusted, and each event is applied
+//! exactly once.
+//!
+//! ```text
+//! POST /v1/webhooks/provider ─▶ body ≤ 64 KiB ─▶ verify signature on the raw bytes (401)
+//!   ─▶ parse the event ─▶ one transaction: INSERT webhook_events(id) ; apply the effect
+//!        │                                  (UPDATE payments … WHERE status='processing')
+//!        └─ unique violation ─▶ rolled back ─▶ same body hash? 200 duplicate : 409 conflict
+//! ```
+
+pub mod signature;
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::db::payments::{self as payment_rows, PaymentRow};
+use crate::db::webhook_events::{self as events, Recorded, WebhookEventRow};
+use crate::db::{Db, DbConnection, DbError};
+use crate::domain::{Timestamp, now};
+use crate::error::ApiError;
+use crate::payments::{PaymentStatus, final_state};
+use crate::provider::{Charge, ProviderStatus};
+use crate::startup::AppState;
+
+pub use signature::{SignedHeaders, WebhookSecret, sign};
+
+/// Event ids are kept at least this long: a redelivery within it is recognised.
+pub const RETENTION: chrono::TimeDelta = chrono::TimeDelta::days(30);
+/// How often expired event ids are pruned, and how many rows one statement deletes.
+pub const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
+pub const PRUNE_BATCH: i64 = 1000;
+/// The first prune runs shortly after start, so frequent restarts still prune.
+const PRUNE_FIRST_DELAY: Duration = Duration::from_secs(60);
+
+/// What the endpoint answers: `{"received": true, "duplicate": …}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Receipt {
+    pub duplicate: bool,
+}
+
+/// The envelope every provider event shares. Unknown fields are allowed: the provider
+/// may add some, and the signature already vouches for the content.
+#[derive(Debug, Deserialize)]
+struct Envelope {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    data: serde_json::Value,
+}
+
+/// `data` of `charge.succeeded` / `charge.failed`.
+#[derive(Debug, Clone, Deserialize)]
+struct ChargeData {
+    charge_id: String,
+    /// Our payment id.
+    reference: String,
+    amount: Option<i64>,
+    currency: Option<String>,
+    failure_code: Option<String>,
+    failure_message: Option<String>,
+}
+
+/// What an event asks for, decided before the database is touched.
+#[derive(Debug)]
+enum Effect {
+    FinishPayment {
+        status: ProviderStatus,
+        data: ChargeData,
+    },
+    /// Refunds arrive on another branch; until they are wired in, refund events are
+    /// recorded (so they stay exactly-once) and not applied.
+    RefundNotAppliedYet,
+    /// Recorded and answered 200, nothing else: retrying would not make it applicable.
+    Ignore(&'static str),
+}
+
+/// What applying an effect did, for the log.
+#[derive(Debug)]
+enum Applied {
+    PaymentFinished {
+        payment_id: String,
+        status: String,
+    },
+    /// The payment is already final: the event would move it backwards or sideways (or
+    /// repeats what is stored), so nothing changes.
+    PaymentAlreadyFinal {
+        payment_id: String,
+        current: String,
+        event_status: &'static str,
+    },
+    /// The event contradicts what we know of the charge (another charge id, amount or
+    /// currency): never trusted to finish the payment.
+    PaymentMismatch {
+        payment_id: String,
+        field: &'static str,
+    },
+    UnknownReference,
+    RefundNotAppliedYet,
+    Ignored(&'static str),
+}
+
+fn effect_of(envelope: Envelope) -> Effect {
+    let status = match envelope.kind.as_str() {
+        "charge.succeeded" => ProviderStatus::Succeeded,
+        "charge.failed" => ProviderStatus::Failed,
+        "refund.succeeded" | "refund.failed" => return Effect::RefundNotAppliedYet,
+        _ => return Effect::Ignore("unknown event type"),
+    };
+    match serde_json::from_value::<ChargeData>(envelope.data) {
+        Ok(data) => Effect::FinishPayment { status, data },
+        Err(_) => Effect::Ignore("charge event data is malformed"),
+    }
+}
+
+/// Verifies, records and applies one delivery. `body` is the raw body, unparsed.
+pub async fn receive_provider_event(
+    state: &AppState,
+    headers: SignedHeaders<'_>,
+    body: &[u8],
+) -> Result<Receipt, ApiError> {
+    let secrets = signature::parse_secrets(&state.settings.webhook_secrets);
+    let id = signature::verify(&secrets, headers, body, chrono::Utc::now().timestamp())
+        .map_err(|e| {
+            tracing::warn!(reason = e.reason(), "webhook refused");
+            ApiError::InvalidSignature(e.reason())
+        })?
+        .to_owned();
+
+    let envelope: Envelope =
+        serde_json::from_slice(body).map_err(|_| ApiError::InvalidRequest {
+            detail: "the event is not a JSON object with a string `type`".to_owned(),
+            param: None,
+        })?;
+    let event = WebhookEventRow {
+        id: id.clone(),
+        body_sha256: sha256_hex(body),
+        event_type: envelope.kind.chars().take(255).collect(),
+        received_at: now(),
+    };
+    let event_type = event.event_type.clone();
+    let effect = effect_of(envelope);
+
+    let stored = event.clone();
+    let recorded = state
+        .db
+        .run(move |conn| {
+            events::record_and_apply(conn, &stored, |conn| {
+                apply(conn, effect, stored.received_at)
+            })
+        })
+        .await
+        .map_err(|e| {
+            // Rolled back: neither the event nor its effect is stored, and the 5xx makes
+            // the provider deliver it again.
+            tracing::error!(webhook_id = %id, %event_type, error = %e, "webhook not applied");
+            ApiError::from(e)
+        })?;
+    match recorded {
+        Recorded::Applied(applied) => {
+            log_applied(&id, &event_type, &applied);
+            Ok(Receipt { duplicate: false })
+        }
+        Recorded::AlreadyRecorded(existing) if existing.body_sha256 == event.body_sha256 => {
+            tracing::info!(webhook_id = %id, %event_type, "webhook redelivered; already applied");
+            Ok(Receipt { duplicate: true })
+        }
+        Recorded::AlreadyRecorded(_) => {
+            tracing::warn!(webhook_id = %id, %event_type, "webhook id reused with a different body");
+            Err(ApiError::WebhookIdConflict)
+        }
+    }
+}
+
+/// Runs inside the transaction that recorded the event: an error rolls back both.
+fn apply(conn: &mut DbConnection, effect: Effect, at: Timestamp) -> diesel::QueryResult<Applied> {
+    match effect {
+        Effect::FinishPayment { status, data } => finish_payment(conn, status, data, at),
+        // The one place to wire refunds in at merge: finish the `pending` refund named by
+        // `data.reference`, guarded by its status, exactly like payments below.
+        Effect::RefundNotAppliedYet => Ok(Applied::RefundNotAppliedYet),
+        Effect::Ignore(why) => Ok(Applied::Ignored(why)),
+    }
+}
+
+fn finish_payment(
+    conn: &mut DbConnection,
+    status: ProviderStatus,
+    data: ChargeData,
+    at: Timestamp,
+) -> diesel::QueryResult<Applied> {
+    let Some(row) = payment_rows::find_by_id(conn, &data.reference)? else {
+        return Ok(Applied::UnknownReference);
+    };
+    let event_status = match status {
+        ProviderStatus::Succeeded => PaymentStatus::Succeeded,
+        _ => PaymentStatus::Failed,
+    }
+    .as_str();
+    let already_final = |row: &PaymentRow| Applied::PaymentAlreadyFinal {
+        payment_id: row.id.clone(),
+        current: row.status.clone(),
+        event_status,
+    };
+    if row.status != PaymentStatus::Processing.as_str() {
+        return Ok(already_final(&row));
+    }
+    if let Some(field) = mismatch(&row, &data) {
+        return Ok(Applied::PaymentMismatch {
+            payment_id: row.id,
+            field,
+        });
+    }
+    let charge = Charge {
+        id: data.charge_id,
+        status,
+        amount: row.amount,
+        currency: row.currency.clone(),
+        reference: row.id.clone(),
+        failure_code: data.failure_code,
+        failure_message: data.failure_message,
+    };
+    let (final_row, _body) = final_state(row.clone(), charge, at)
+        .map_err(|e| diesel::result::Error::QueryBuilderError(e.to_string().into()))?;
+    // Guarded by `status = 'processing'`: if the request path finished it meanwhile, its
+    // stored answer stands.
+    if payment_rows::finish(conn, &final_row)? {
+        Ok(Applied::PaymentFinished {
+            payment_id: final_row.id,
+            status: final_row.status,
+        })
+    } else {
+        Ok(already_final(&row))
+    }
+}
+
+fn mismatch(row: &PaymentRow, data: &ChargeData) -> Option<&'static str> {
+    if row
+        .provider_charge_id
+        .as_deref()
+        .is_some_and(|known| known != data.charge_id)
+    {
+        return Some("charge_id");
+    }
+    if data.amount.is_some_and(|amount| amount != row.amount) {
+        return Some("amount");
+    }
+    if data
+        .currency
+        .as_deref()
+        .is_some_and(|c| !c.eq_ignore_ascii_case(&row.currency))
+    {
+        return Some("currency");
+    }
+    None
+}
+
+fn log_applied(id: &str, event_type: &str, applied: &Applied) {
+    match applied {
+        Applied::PaymentFinished { payment_id, status } => {
+            tracing::info!(webhook_id = %id, %event_type, %payment_id, %status, "payment finished by webhook");
+        }
+        Applied::PaymentAlreadyFinal {
+            payment_id,
+            current,
+            event_status,
+        } if current == event_status => {
+            tracing::info!(webhook_id = %id, %event_type, %payment_id, "payment already in the event's state; nothing changed");
+        }
+        Applied::PaymentAlreadyFinal {
+            payment_id,
+            current,
+            event_status,
+        } => {
+            tracing::warn!(webhook_id = %id, %event_type, %payment_id, %current, %event_status, "webhook would move a final payment; nothing changed");
+        }
+        Applied::PaymentMismatch { payment_id, field } => {
+            tracing::warn!(webhook_id = %id, %event_type, %payment_id, field, "webhook does not match the payment; nothing changed");
+        }
+        Applied::UnknownReference => {
+            tracing::warn!(webhook_id = %id, %event_type, "webhook for an unknown reference; recorded only");
+        }
+        Applied::RefundNotAppliedYet => {
+            tracing::warn!(webhook_id = %id, %event_type, "refund events are not applied yet; recorded only");
+        }
+        Applied::Ignored(why) => {
+            tracing::info!(webhook_id = %id, %event_type, reason = why, "webhook recorded only");
+        }
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Deletes event ids older than [`RETENTION`], [`PRUNE_BATCH`] rows at a time, so no
+/// single statement holds locks for long. Returns how many went.
+pub async fn prune_expired_events(db: &Db, now: Timestamp) -> Result<usize, DbError> {
+    let cutoff = now - RETENTION;
+    let mut total = 0;
+    loop {
+        let deleted = db
+            .run(move |conn| events::delete_received_before(conn, cutoff, PRUNE_BATCH))
+            .await?;
+        total += deleted;
+        if deleted < usize::try_from(PRUNE_BATCH).unwrap_or(usize::MAX) {
+            return Ok(total);
+        }
+    }
+}
+
+/// The retention task: prunes shortly after start, then every [`PRUNE_INTERVAL`].
+pub fn spawn_retention_task(db: Db) {
+    actix_web::rt::spawn(async move {
+        actix_web::rt::time::sleep(PRUNE_FIRST_DELAY).await;
+        loop {
+            match prune_expired_events(&db, now()).await {
+                Ok(0) => {}
+                Ok(deleted) => tracing::info!(deleted, "expired webhook event ids pruned"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "pruning webhook event ids failed; will retry")
+                }
+            }
+            actix_web::rt::time::sleep(PRUNE_INTERVAL).await;
+        }
+    });
+}
