@@ -4,4 +4,5 @@
 mod helpers;
 mod idempotency;
 mod payments;
+mod refunds;
 mod validation;
