@@ -128,7 +128,10 @@ pub fn apply_refund_outcome(
             .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
         row.response_status = Some(201);
         row.response_body = Some(body);
-        rows::finish(conn, &row)?;
+        if !rows::finish(conn, &row)? {
+            // Cannot happen while this transaction holds the pending row; never half-apply.
+            return Err(diesel::result::Error::RollbackTransaction);
+        }
         Ok(OutcomeApplied::Applied(row))
     })
 }

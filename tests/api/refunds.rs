@@ -397,6 +397,46 @@ async fn concurrent_refunds_never_exceed_the_payment_with_an_instant_provider() 
     refund_storm(&app).await;
 }
 
+#[actix_web::test]
+async fn concurrent_refunds_of_what_is_left_refund_it_once() {
+    // Without an amount each request asks for "all that is left" as it finds it: one wins.
+    let app = spawn_app_with(|s| s.provider_latency = Duration::from_millis(50)).await;
+    let payment_id = app.paid_payment(1000).await;
+    app.post_refund(&payment_id, "first-part", &json!({"amount": 250}))
+        .await;
+    let keys: Vec<String> = (0..20).map(|i| format!("rest-{i}")).collect();
+    let everything = json!({});
+    let responses = join_all(
+        keys.iter()
+            .map(|k| app.post_refund(&payment_id, k, &everything)),
+    )
+    .await;
+    let won: Vec<_> = responses.iter().filter(|r| r.status == 201).collect();
+    assert_eq!(won.len(), 1, "exactly one refund of the rest");
+    assert_eq!(won[0].json()["amount"], 750);
+    for r in responses.iter().filter(|r| r.status != 201) {
+        r.assert_problem(409, "payment_not_refundable");
+    }
+    assert_eq!(app.refund_totals(&payment_id).await, (1000, 1000));
+    assert_eq!(app.provider_refunds().len(), 2);
+}
+
+#[actix_web::test]
+async fn payment_and_refund_keys_are_separate_scopes() {
+    let app = spawn_app().await;
+    let first = app
+        .post_payment("shared-key", &crate::helpers::visa(800))
+        .await;
+    assert_eq!(first.status, 201);
+    let payment_id = first.json()["id"].as_str().unwrap().to_owned();
+    let refund = app
+        .post_refund(&payment_id, "shared-key", &json!({"amount": 300}))
+        .await;
+    assert_eq!(refund.status, 201, "{}", refund.text());
+    assert!(refund.header("idempotent-replayed").is_none());
+    assert_eq!(app.refund_totals(&payment_id).await, (300, 300));
+}
+
 /// A provider that never answers: every outcome is unknown.
 struct Unreachable;
 
