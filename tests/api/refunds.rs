@@ -171,6 +171,18 @@ async fn a_declined_payment_cannot_be_refunded() {
             .await
             .assert_problem(409, "payment_not_refundable");
     }
+    // Still processing (pending at the provider) is not refundable either.
+    let processing = app
+        .post_payment(
+            "async",
+            &json!({"amount": 500, "currency": "usd", "payment_method": "pm_card_async"}),
+        )
+        .await;
+    assert_eq!(processing.status, 202);
+    let processing_id = processing.json()["id"].as_str().unwrap().to_owned();
+    app.post_refund(&processing_id, "refund-processing", &json!({}))
+        .await
+        .assert_problem(409, "payment_not_refundable");
     assert_eq!(app.simulator.refund_calls(), 0);
     assert_eq!(app.refund_totals(&payment_id).await, (0, 0));
     let list = app
@@ -434,6 +446,32 @@ async fn payment_and_refund_keys_are_separate_scopes() {
         .await;
     assert_eq!(refund.status, 201, "{}", refund.text());
     assert!(refund.header("idempotent-replayed").is_none());
+    assert_eq!(app.refund_totals(&payment_id).await, (300, 300));
+}
+
+#[actix_web::test]
+async fn a_retry_while_the_refund_runs_gets_409_then_the_replay() {
+    let app = spawn_app_with(|s| {
+        s.provider_latency = Duration::from_millis(1000);
+        s.idempotency_wait = Duration::from_millis(100);
+    })
+    .await;
+    let payment_id = app.paid_payment(900).await;
+    let body = json!({"amount": 300});
+    let (first, retry) = join(app.post_refund(&payment_id, "slow", &body), async {
+        actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+        app.post_refund(&payment_id, "slow", &body).await
+    })
+    .await;
+    retry.assert_problem(409, "idempotency_key_in_use");
+    assert!(retry.header("retry-after").is_some());
+    assert_eq!(first.status, 201, "{}", first.text());
+
+    let later = app.post_refund(&payment_id, "slow", &body).await;
+    assert_eq!(later.status, 201);
+    assert_eq!(later.header("idempotent-replayed"), Some("true"));
+    assert_eq!(later.body, first.body);
+    assert_eq!(app.simulator.refund_calls(), 1);
     assert_eq!(app.refund_totals(&payment_id).await, (300, 300));
 }
 
