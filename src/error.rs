@@ -120,6 +120,23 @@ impl ApiError {
         }
     }
 
+    /// The problem document this error answers with; stored refusals replay it verbatim.
+    pub fn problem_json(&self) -> String {
+        let code = self.code();
+        let problem = Problem {
+            kind: format!("https://payments-api.dev/problems/{code}"),
+            title: self.title(),
+            status: self.status_code().as_u16(),
+            detail: self.detail(),
+            code,
+            param: self.param(),
+        };
+        // Serialising a struct of strings cannot fail; fall back to a fixed body regardless.
+        serde_json::to_string(&problem).unwrap_or_else(|_| {
+            r#"{"type":"about:blank","title":"Internal server error","status":500,"code":"internal_error"}"#.to_owned()
+        })
+    }
+
     fn param(&self) -> Option<&str> {
         match self {
             Self::InvalidRequest { param, .. } => param.as_deref(),
@@ -155,15 +172,6 @@ impl ResponseError for ApiError {
         if let Self::Internal(cause) = self {
             tracing::error!(%cause, "internal error");
         }
-        let code = self.code();
-        let problem = Problem {
-            kind: format!("https://payments-api.dev/problems/{code}"),
-            title: self.title(),
-            status: status.as_u16(),
-            detail: self.detail(),
-            code,
-            param: self.param(),
-        };
         let mut response = HttpResponse::build(status);
         response.insert_header((header::CONTENT_TYPE, PROBLEM_JSON));
         match self {
@@ -178,10 +186,6 @@ impl ResponseError for ApiError {
             }
             _ => {}
         }
-        // Serialising a struct of strings cannot fail; fall back to a fixed body regardless.
-        let body = serde_json::to_string(&problem).unwrap_or_else(|_| {
-            r#"{"type":"about:blank","title":"Internal server error","status":500,"code":"internal_error"}"#.to_owned()
-        });
-        response.body(body)
+        response.body(self.problem_json())
     }
 }

@@ -9,6 +9,7 @@ pub mod error;
 pub mod idempotency;
 pub mod payments;
 pub mod provider;
+pub mod refunds;
 pub mod routes;
 pub mod startup;
 pub mod telemetry;

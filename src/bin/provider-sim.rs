@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use payments_api::config::LogFormat;
-use payments_api::provider::Simulator;
 use payments_api::provider::sim_server::{self, Faults};
+use payments_api::provider::{RetryPolicy, Simulator, WebhookDelivery};
 use payments_api::telemetry;
+use payments_api::webhooks::WebhookSecret;
 
 fn setting(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
@@ -64,9 +65,28 @@ fn run() -> Result<(), String> {
     faults
         .drop_rate_ppm
         .store(rate("PROVIDER_DROP_RATE")?, Ordering::Relaxed);
+    let async_delay = match setting("PROVIDER_ASYNC_DELAY_MS") {
+        None => std::time::Duration::from_millis(1000),
+        Some(_) => std::time::Duration::from_millis(millis("PROVIDER_ASYNC_DELAY_MS")?),
+    };
+    let webhooks = match (setting("WEBHOOK_URL"), setting("WEBHOOK_SECRET")) {
+        (Some(url), Some(secret)) => {
+            let secret = WebhookSecret::parse(secret.trim())
+                .map_err(|e| format!("invalid value for WEBHOOK_SECRET: {e}"))?;
+            Some((
+                WebhookDelivery::new(url, secret, RetryPolicy::default()),
+                async_delay,
+            ))
+        }
+        (None, None) => {
+            tracing::warn!("WEBHOOK_URL/WEBHOOK_SECRET unset: async charges stay pending");
+            None
+        }
+        _ => return Err("WEBHOOK_URL and WEBHOOK_SECRET go together: set both or neither".into()),
+    };
     let listener = TcpListener::bind(&bind).map_err(|e| format!("cannot listen on {bind}: {e}"))?;
     actix_web::rt::System::new().block_on(async move {
-        let server = sim_server::serve(listener, Arc::new(Simulator::new()), faults)
+        let server = sim_server::serve(listener, Arc::new(Simulator::new()), faults, webhooks)
             .map_err(|e| e.to_string())?;
         tracing::info!(%bind, "provider-sim listening");
         server.await.map_err(|e| e.to_string())

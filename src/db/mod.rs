@@ -3,6 +3,7 @@
 
 pub mod merchants;
 pub mod payments;
+pub mod refunds;
 pub mod schema;
 pub mod webhook_events;
 

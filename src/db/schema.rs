@@ -31,6 +31,7 @@ diesel::table! {
         metadata -> Text,
         status -> Text,
         amount_refunded -> BigInt,
+        amount_reserved -> BigInt,
         provider_charge_id -> Nullable<Text>,
         failure_code -> Nullable<Text>,
         failure_message -> Nullable<Text>,
@@ -53,6 +54,36 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    refunds (id) {
+        id -> Text,
+        merchant_id -> Text,
+        payment_id -> Text,
+        idempotency_key -> Text,
+        request_fingerprint -> Text,
+        amount -> BigInt,
+        currency -> Text,
+        status -> Text,
+        reason -> Nullable<Text>,
+        provider_refund_id -> Nullable<Text>,
+        failure_code -> Nullable<Text>,
+        response_status -> Nullable<Integer>,
+        response_body -> Nullable<Text>,
+        lease_token -> Nullable<Text>,
+        lease_expires_at -> Nullable<Timestamp>,
+        provider_attempts -> Integer,
+        created_at -> Timestamp,
+        updated_at -> Timestamp,
+    }
+}
+
 diesel::joinable!(api_keys -> merchants (merchant_id));
 diesel::joinable!(payments -> merchants (merchant_id));
-diesel::allow_tables_to_appear_in_same_query!(merchants, api_keys, payments, webhook_events);
+diesel::joinable!(refunds -> payments (payment_id));
+diesel::allow_tables_to_appear_in_same_query!(
+    merchants,
+    api_keys,
+    payments,
+    refunds,
+    webhook_events
+);

@@ -33,6 +33,41 @@ impl fmt::Display for PaymentId {
     }
 }
 
+/// `re_` + a UUIDv7 in simple form, like [`PaymentId`]: newest first is largest id first.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RefundId(String);
+
+impl RefundId {
+    pub const PREFIX: &'static str = "re_";
+
+    pub fn generate() -> Self {
+        Self(format!("{}{}", Self::PREFIX, uuid::Uuid::now_v7().simple()))
+    }
+
+    /// A syntactically valid id (used for cursors).
+    pub fn parse(raw: &str) -> Option<Self> {
+        let hex = raw.strip_prefix(Self::PREFIX)?;
+        is_simple_uuid(hex).then(|| Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RefundId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn is_simple_uuid(hex: &str) -> bool {
+    hex.len() == 32
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// A new secret API key: 256 random bits from the OS generator (through UUIDv4).
 pub fn new_api_key() -> String {
     format!(
@@ -49,7 +84,17 @@ pub fn new_lease_token() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::PaymentId;
+    use super::{PaymentId, RefundId};
+
+    #[test]
+    fn refund_ids_are_time_ordered_and_parse_back() {
+        let a = RefundId::generate();
+        let b = RefundId::generate();
+        assert!(a < b, "{a} should sort before {b}");
+        assert_eq!(RefundId::parse(a.as_str()), Some(a));
+        assert!(RefundId::parse("pay_0190a0b0c0d0e0f00000000000000000").is_none());
+        assert!(RefundId::parse("re_0190").is_none());
+    }
 
     #[test]
     fn ids_are_time_ordered_and_parse_back() {

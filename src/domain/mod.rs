@@ -9,5 +9,5 @@ mod time;
 pub use amount::Amount;
 pub use currency::Currency;
 pub use idempotency_key::IdempotencyKey;
-pub use ids::{PaymentId, new_api_key, new_lease_token};
+pub use ids::{PaymentId, RefundId, new_api_key, new_lease_token};
 pub use time::{Timestamp, format_timestamp, now};

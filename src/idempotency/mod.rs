@@ -3,14 +3,20 @@
 //!
 //! Duplicates in this process subscribe to the running request's outcome through
 //! [`InFlight`] and wake the moment it settles. Duplicates whose first request runs in
-//! another instance poll the row with a growing interval instead.
+//! another instance poll the row with a growing interval instead. [`follow`] is that
+//! loop, shared by every endpoint whose rows are their own idempotency records.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use actix_web::HttpResponse;
 use actix_web::http::{StatusCode, header};
 use tokio::sync::watch;
+
+use crate::domain::{Timestamp, new_lease_token, now};
+use crate::error::{ApiError, PROBLEM_JSON};
 
 pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
 
@@ -37,7 +43,8 @@ impl Answer {
         self
     }
 
-    /// Final answers (201/200) are fixed; 202 ("still processing") is not.
+    /// Final answers (201/200, and stored refusals such as 409/422) are fixed; 202
+    /// ("still processing") is not.
     pub fn is_final(&self) -> bool {
         self.status != 202
     }
@@ -45,7 +52,13 @@ impl Answer {
     pub fn into_response(self) -> HttpResponse {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = HttpResponse::build(status);
-        response.insert_header((header::CONTENT_TYPE, "application/json"));
+        // A stored refusal is a problem document, replayed as one.
+        let content_type = if self.status >= 400 {
+            PROBLEM_JSON
+        } else {
+            "application/json"
+        };
+        response.insert_header((header::CONTENT_TYPE, content_type));
         if self.replayed {
             response.insert_header((REPLAYED_HEADER, "true"));
         }
@@ -125,10 +138,90 @@ pub async fn wait_for_outcome(
     }
 }
 
+/// How long a duplicate told "in use" should wait before retrying.
+pub const RETRY_AFTER_SECS: u64 = 1;
+/// Polling bounds for duplicates whose first request runs in another instance.
+const POLL_FIRST: Duration = Duration::from_millis(20);
+const POLL_MAX: Duration = Duration::from_millis(250);
+
+/// A row that is its own idempotency record: a stored final answer once finished, and a
+/// lease naming the request that works on it until then.
+pub trait IdempotentRecord {
+    fn record_id(&self) -> &str;
+    /// The final answer, if there is one (replayed byte for byte).
+    fn stored_answer(&self) -> Option<Answer>;
+    /// Nobody owns the record: the lease was given up or has run out.
+    fn lease_is_free(&self, now: Timestamp) -> bool;
+}
+
+/// What a duplicate request ends with.
+pub enum Followed<R> {
+    /// A replay of the final answer, or the 202 of the in-process request it waited on.
+    Answer(Answer),
+    /// Nobody owned the record and this request took it over with this lease token:
+    /// it must now drive the work itself.
+    TakenOver(R, String),
+}
+
+/// A duplicate of an existing record: replay it if final, take it over if nobody owns it,
+/// otherwise wait up to `wait` for the request that owns it, then 409 with `Retry-After`.
+///
+/// `take_over(id, token)` tries to take a free lease (a guarded update; true if won);
+/// `reload(id)` reads the record again.
+pub async fn follow<R, T, TF, L, LF>(
+    inflight: &InFlight,
+    wait: Duration,
+    mut row: R,
+    take_over: T,
+    reload: L,
+) -> Result<Followed<R>, ApiError>
+where
+    R: IdempotentRecord,
+    T: Fn(String, String) -> TF,
+    TF: Future<Output = Result<bool, ApiError>>,
+    L: Fn(String) -> LF,
+    LF: Future<Output = Result<R, ApiError>>,
+{
+    let deadline = Instant::now() + wait;
+    let mut poll = POLL_FIRST;
+    loop {
+        if let Some(answer) = row.stored_answer() {
+            return Ok(Followed::Answer(answer.replayed()));
+        }
+        if row.lease_is_free(now()) {
+            let token = new_lease_token();
+            if take_over(row.record_id().to_owned(), token.clone()).await? {
+                tracing::info!(id = %row.record_id(), "unfinished request taken over");
+                return Ok(Followed::TakenOver(row, token));
+            }
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(ApiError::IdempotencyKeyInUse {
+                retry_after_secs: RETRY_AFTER_SECS,
+            });
+        }
+        // Running in this process: wake exactly when it settles. It may end with 202
+        // (outcome unknown); its duplicates answer 202 too rather than all retrying at once.
+        if let Some(answer) = wait_for_outcome(inflight, row.record_id(), remaining).await {
+            return Ok(Followed::Answer(if answer.is_final() {
+                answer.replayed()
+            } else {
+                answer
+            }));
+        }
+        if inflight.subscribe(row.record_id()).is_none() {
+            // Running elsewhere (another instance), or it just ended: poll with backoff.
+            actix_web::rt::time::sleep(poll.min(remaining)).await;
+            poll = (poll * 2).min(POLL_MAX);
+        }
+        row = reload(row.record_id().to_owned()).await?;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[actix_web::test]
     async fn waiters_receive_the_outcome_once_settled() {

@@ -15,25 +15,17 @@ pub mod recovery;
 pub mod request;
 pub mod view;
 
-use std::time::{Duration, Instant};
-
 use crate::auth::Merchant;
 use crate::db::DbError;
 use crate::db::payments::{self as rows, ListFilter, PaymentRow};
 use crate::domain::{IdempotencyKey, PaymentId, Timestamp, new_lease_token, now};
 use crate::error::ApiError;
-use crate::idempotency::{Answer, wait_for_outcome};
+use crate::idempotency::{self, Answer, Followed, IdempotentRecord};
 use crate::provider::{Charge, ChargeRequest, ProviderStatus};
 use crate::startup::AppState;
 
 pub use request::NewPayment;
 pub use view::PaymentStatus;
-
-/// How long a duplicate told "in use" should wait before retrying.
-const RETRY_AFTER_SECS: u64 = 1;
-/// Polling bounds for duplicates whose first request runs in another instance.
-const POLL_FIRST: Duration = Duration::from_millis(20);
-const POLL_MAX: Duration = Duration::from_millis(250);
 
 pub async fn create_payment(
     state: &AppState,
@@ -97,51 +89,50 @@ pub async fn create_payment(
 
 /// A duplicate of an existing payment: replay it if final, take it over if nobody owns it,
 /// otherwise wait up to `IDEMPOTENCY_WAIT_MS` for the request that owns it.
-async fn follow(state: &AppState, mut row: PaymentRow) -> Result<Answer, ApiError> {
-    let deadline = Instant::now() + state.settings.idempotency_wait;
-    let mut poll = POLL_FIRST;
-    loop {
-        if let Some(answer) = stored_answer(&row) {
-            return Ok(answer.replayed());
-        }
-        if row.lease_is_free(now()) {
-            let token = new_lease_token();
-            let (id, t, lease) = (row.id.clone(), token.clone(), lease(state));
-            if state
-                .db
-                .run(move |conn| rows::take_over(conn, &id, &t, now(), lease))
-                .await?
-            {
-                tracing::info!(payment_id = %row.id, "payment taken over");
-                return drive_detached(state, row, token).await;
+async fn follow(state: &AppState, row: PaymentRow) -> Result<Answer, ApiError> {
+    let merchant_id = row.merchant_id.clone();
+    let followed = idempotency::follow(
+        &state.inflight,
+        state.settings.idempotency_wait,
+        row,
+        |id, token| {
+            let lease = lease(state);
+            async move {
+                Ok(state
+                    .db
+                    .run(move |conn| rows::take_over(conn, &id, &token, now(), lease))
+                    .await?)
             }
-        }
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            return Err(ApiError::IdempotencyKeyInUse {
-                retry_after_secs: RETRY_AFTER_SECS,
-            });
-        }
-        // Running in this process: wake exactly when it settles. It may end with 202
-        // (outcome unknown); its duplicates answer 202 too rather than all retrying at once.
-        if let Some(answer) = wait_for_outcome(&state.inflight, &row.id, remaining).await {
-            return Ok(if answer.is_final() {
-                answer.replayed()
-            } else {
-                answer
-            });
-        }
-        if state.inflight.subscribe(&row.id).is_none() {
-            // Running elsewhere (another instance), or it just ended: poll with backoff.
-            actix_web::rt::time::sleep(poll.min(remaining)).await;
-            poll = (poll * 2).min(POLL_MAX);
-        }
-        let (merchant_id, id) = (row.merchant_id.clone(), row.id.clone());
-        row = state
-            .db
-            .run(move |conn| rows::find(conn, &merchant_id, &id))
-            .await?
-            .ok_or_else(|| ApiError::internal("payment vanished while waiting"))?;
+        },
+        |id| {
+            let merchant_id = merchant_id.clone();
+            async move {
+                state
+                    .db
+                    .run(move |conn| rows::find(conn, &merchant_id, &id))
+                    .await?
+                    .ok_or_else(|| ApiError::internal("payment vanished while waiting"))
+            }
+        },
+    )
+    .await?;
+    match followed {
+        Followed::Answer(answer) => Ok(answer),
+        Followed::TakenOver(row, token) => drive_detached(state, row, token).await,
+    }
+}
+
+impl IdempotentRecord for PaymentRow {
+    fn record_id(&self) -> &str {
+        &self.id
+    }
+
+    fn stored_answer(&self) -> Option<Answer> {
+        stored_answer(self)
+    }
+
+    fn lease_is_free(&self, now: Timestamp) -> bool {
+        PaymentRow::lease_is_free(self, now)
     }
 }
 
@@ -150,7 +141,7 @@ fn stored_answer(row: &PaymentRow) -> Option<Answer> {
     Some(Answer::new(status, row.response_body.clone()?))
 }
 
-fn lease(state: &AppState) -> chrono::Duration {
+pub(crate) fn lease(state: &AppState) -> chrono::Duration {
     chrono::Duration::from_std(state.settings.processing_lease).unwrap_or(chrono::Duration::MAX)
 }
 

@@ -10,6 +10,7 @@ use futures_util::future::join_all;
 
 use super::{drive, lease};
 use crate::db::payments as rows;
+use crate::db::refunds as refund_rows;
 use crate::domain::{new_lease_token, now};
 use crate::error::ApiError;
 use crate::startup::AppState;
@@ -29,8 +30,39 @@ pub async fn run(state: AppState) {
     }
 }
 
-/// One pass: take over and resume what was abandoned. Returns how many were resumed.
+/// One pass over payments and refunds. Returns how many were resumed.
 pub async fn recover_abandoned(state: &AppState) -> Result<usize, ApiError> {
+    Ok(recover_payments(state).await? + recover_refunds(state).await?)
+}
+
+/// Pending refunds whose request died or answered 202: resumed with the same refund id as
+/// the provider's idempotency key, so the money goes back at most once.
+async fn recover_refunds(state: &AppState) -> Result<usize, ApiError> {
+    let current = now();
+    let idle_since = current - lease(state);
+    let abandoned = state
+        .db
+        .run(move |conn| refund_rows::list_abandoned(conn, idle_since, current, BATCH))
+        .await?;
+    let mut count = 0;
+    for row in abandoned {
+        let id = row.id.clone();
+        match crate::refunds::resume(state, row).await {
+            Ok(Some(_)) => {
+                tracing::info!(refund_id = %id, "recovery: resumed abandoned refund");
+                count += 1;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(refund_id = %id, error = %e, "recovery: resuming a refund failed")
+            }
+        }
+    }
+    Ok(count)
+}
+
+/// Takes over and resumes abandoned payments.
+async fn recover_payments(state: &AppState) -> Result<usize, ApiError> {
     let current = now();
     let untouched_since = current - lease(state);
     let abandoned = state

@@ -8,7 +8,9 @@ use futures_util::future::LocalBoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Charge, ChargeRequest, OutcomeUnknown, PaymentProvider};
+use super::{
+    Charge, ChargeRequest, OutcomeUnknown, PaymentProvider, ProviderRefund, RefundRequest,
+};
 
 pub struct HttpProvider {
     base_url: String,
@@ -122,6 +124,14 @@ impl PaymentProvider for HttpProvider {
         request: &'a ChargeRequest,
     ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>> {
         Box::pin(self.call("/v1/charges", idempotency_key, request))
+    }
+
+    fn create_refund<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a RefundRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>> {
+        Box::pin(self.call("/v1/refunds", idempotency_key, request))
     }
 }
 

@@ -43,6 +43,26 @@ pub struct Charge {
     pub failure_message: Option<String>,
 }
 
+/// `POST /v1/refunds` body. `reference` is our refund id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundRequest {
+    /// The provider's charge being refunded (`ch_…`).
+    pub charge: String,
+    pub amount: i64,
+    pub reference: String,
+}
+
+/// The provider's answer to a refund (`pr_…`): whether the money went back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderRefund {
+    pub id: String,
+    pub status: ProviderStatus,
+    pub amount: i64,
+    pub charge: String,
+    pub reference: String,
+    pub failure_code: Option<String>,
+}
+
 /// A timeout, a broken connection or a 5xx: the charge may or may not have happened.
 /// The only safe move is to ask again later with the same idempotency key.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -57,4 +77,12 @@ pub trait PaymentProvider: Send + Sync + 'static {
         idempotency_key: &'a str,
         request: &'a ChargeRequest,
     ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>>;
+
+    /// Refunds at most once per `idempotency_key` (our refund id): the same key again
+    /// returns the first result and moves no money.
+    fn create_refund<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a RefundRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>>;
 }

@@ -10,7 +10,13 @@ use std::time::Duration;
 use actix_web::dev::Server;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 
-use super::{ChargeRequest, Simulator};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{
+    ChargeRequest, InProcessProvider, OutcomeUnknown, PaymentProvider, RefundRequest, Simulator,
+    WebhookDelivery,
+};
 
 /// Fault injection. Rates apply to every call; the `*_next` counters and `down` let tests
 /// script exact sequences.
@@ -57,9 +63,11 @@ impl Faults {
     }
 }
 
-#[derive(Clone)]
 struct SimState {
     simulator: Arc<Simulator>,
+    /// The simulator with its webhook completion of pending charges: the same code the
+    /// service runs in-process.
+    provider: InProcessProvider,
     faults: Arc<Faults>,
 }
 
@@ -75,44 +83,78 @@ fn idempotency_key(req: &HttpRequest) -> Option<String> {
 /// How long a dropped answer hangs: far longer than any client waits.
 const DROP_HANG: Duration = Duration::from_secs(3600);
 
-async fn create_charge(
-    state: web::Data<SimState>,
-    req: HttpRequest,
-    body: web::Bytes,
-) -> HttpResponse {
-    state.faults.http_calls.fetch_add(1, Ordering::SeqCst);
+/// One money-moving call: faults first (nothing charged), then the simulator (charged
+/// once per idempotency key), then maybe a dropped answer (charged, never answered).
+async fn money_call<Req, Res, F>(
+    state: &SimState,
+    req: &HttpRequest,
+    body: &[u8],
+    call: F,
+) -> HttpResponse
+where
+    Req: DeserializeOwned,
+    Res: Serialize,
+    F: AsyncFnOnce(&InProcessProvider, &str, &Req) -> Result<Res, OutcomeUnknown>,
+{
     use actix_web::http::StatusCode;
+    state.faults.http_calls.fetch_add(1, Ordering::SeqCst);
     if state.faults.down.load(Ordering::SeqCst) {
         return error(StatusCode::SERVICE_UNAVAILABLE, "simulated outage");
     }
-    let Some(key) = idempotency_key(&req) else {
+    let Some(key) = idempotency_key(req) else {
         return error(StatusCode::BAD_REQUEST, "Idempotency-Key header required");
     };
-    let request: ChargeRequest = match serde_json::from_slice(&body) {
+    let request: Req = match serde_json::from_slice(body) {
         Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("invalid charge request: {e}"),
-            );
-        }
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("invalid request: {e}")),
     };
     if state.faults.should_fail() {
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "simulated failure (nothing charged)",
+            "simulated failure (nothing moved)",
         );
     }
-    let charge = state.simulator.charge(&key, &request);
+    let result = match call(&state.provider, &key, &request).await {
+        Ok(result) => result,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    };
     if state.faults.should_drop() {
-        tracing::info!(charge_id = %charge.id, "simulated drop: charged, not answering");
+        tracing::info!(%key, "simulated drop: money moved, not answering");
         actix_web::rt::time::sleep(DROP_HANG).await;
     }
     let latency = state.faults.latency_ms.load(Ordering::Relaxed);
     if latency > 0 {
         actix_web::rt::time::sleep(Duration::from_millis(latency)).await;
     }
-    HttpResponse::Ok().json(charge)
+    HttpResponse::Ok().json(result)
+}
+
+async fn create_charge(
+    state: web::Data<SimState>,
+    req: HttpRequest,
+    body: web::Bytes,
+) -> HttpResponse {
+    money_call(
+        &state,
+        &req,
+        &body,
+        async |p: &InProcessProvider, key: &str, r: &ChargeRequest| p.create_charge(key, r).await,
+    )
+    .await
+}
+
+async fn create_refund(
+    state: web::Data<SimState>,
+    req: HttpRequest,
+    body: web::Bytes,
+) -> HttpResponse {
+    money_call(
+        &state,
+        &req,
+        &body,
+        async |p: &InProcessProvider, key: &str, r: &RefundRequest| p.create_refund(key, r).await,
+    )
+    .await
 }
 
 async fn list_charges(state: web::Data<SimState>) -> HttpResponse {
@@ -120,19 +162,36 @@ async fn list_charges(state: web::Data<SimState>) -> HttpResponse {
         .json(serde_json::json!({"object": "list", "data": state.simulator.charges()}))
 }
 
-/// Serves the provider protocol on `listener` until stopped.
+async fn list_refunds(state: web::Data<SimState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .json(serde_json::json!({"object": "list", "data": state.simulator.refunds()}))
+}
+
+/// Serves the provider protocol on `listener` until stopped. With `webhooks`, pending
+/// charges complete after the delay and are announced by a signed webhook.
 pub fn serve(
     listener: TcpListener,
     simulator: Arc<Simulator>,
     faults: Arc<Faults>,
+    webhooks: Option<(WebhookDelivery, Duration)>,
 ) -> std::io::Result<Server> {
-    let state = web::Data::new(SimState { simulator, faults });
+    let mut provider = InProcessProvider::new(simulator.clone(), Duration::ZERO);
+    if let Some((delivery, delay)) = webhooks {
+        provider = provider.with_webhooks(delivery, delay);
+    }
+    let state = web::Data::new(SimState {
+        simulator,
+        provider,
+        faults,
+    });
     Ok(HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
             .app_data(web::PayloadConfig::new(64 * 1024))
             .route("/v1/charges", web::post().to(create_charge))
             .route("/v1/charges", web::get().to(list_charges))
+            .route("/v1/refunds", web::post().to(create_refund))
+            .route("/v1/refunds", web::get().to(list_refunds))
     })
     // A dropped answer hangs on purpose; don't let it hold up a stop.
     .shutdown_timeout(1)

@@ -8,7 +8,10 @@ use std::time::Duration;
 use futures_util::future::LocalBoxFuture;
 
 use super::webhook_delivery::{WebhookDelivery, charge_event};
-use super::{Charge, ChargeRequest, OutcomeUnknown, PaymentProvider, ProviderStatus};
+use super::{
+    Charge, ChargeRequest, OutcomeUnknown, PaymentProvider, ProviderRefund, ProviderStatus,
+    RefundRequest,
+};
 
 #[derive(Default)]
 struct Ledger {
@@ -18,6 +21,10 @@ struct Ledger {
     charge_calls: u64,
     /// Payment method of each pending charge, by charge id: decides how it completes.
     pending_methods: HashMap<String, String>,
+    refunds: Vec<ProviderRefund>,
+    refund_by_key: HashMap<String, usize>,
+    /// Every refund call, including those answered from the idempotency record.
+    refund_calls: u64,
 }
 
 #[derive(Default)]
@@ -129,6 +136,40 @@ impl Simulator {
     pub fn charge_calls(&self) -> u64 {
         self.ledger().charge_calls
     }
+
+    /// Refunds once per idempotency key (they always succeed); the same key again returns
+    /// the first result.
+    pub fn refund(&self, idempotency_key: &str, request: &RefundRequest) -> ProviderRefund {
+        let mut ledger = self.ledger();
+        ledger.refund_calls += 1;
+        if let Some(&index) = ledger.refund_by_key.get(idempotency_key) {
+            return ledger.refunds[index].clone();
+        }
+        let refund = ProviderRefund {
+            id: format!("pr_{}", uuid::Uuid::new_v4().simple()),
+            status: ProviderStatus::Succeeded,
+            amount: request.amount,
+            charge: request.charge.clone(),
+            reference: request.reference.clone(),
+            failure_code: None,
+        };
+        let index = ledger.refunds.len();
+        ledger.refunds.push(refund.clone());
+        ledger
+            .refund_by_key
+            .insert(idempotency_key.to_owned(), index);
+        refund
+    }
+
+    /// Every refund made, in order (one per idempotency key).
+    pub fn refunds(&self) -> Vec<ProviderRefund> {
+        self.ledger().refunds.clone()
+    }
+
+    /// How many refund calls arrived, replays included.
+    pub fn refund_calls(&self) -> u64 {
+        self.ledger().refund_calls
+    }
 }
 
 /// The simulator inside the service's process, with an optional latency per call. With
@@ -196,6 +237,19 @@ impl PaymentProvider for InProcessProvider {
             Ok(charge)
         })
     }
+
+    fn create_refund<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a RefundRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>> {
+        Box::pin(async move {
+            if !self.latency.is_zero() {
+                actix_web::rt::time::sleep(self.latency).await;
+            }
+            Ok(self.simulator.refund(idempotency_key, request))
+        })
+    }
 }
 
 #[cfg(test)]
@@ -221,6 +275,22 @@ mod tests {
         assert_eq!(sim.charge_calls(), 2);
         sim.charge("pay_2", &request("pm_card_visa"));
         assert_eq!(sim.charges().len(), 2);
+    }
+
+    #[test]
+    fn the_same_key_refunds_once() {
+        let sim = Simulator::new();
+        let request = RefundRequest {
+            charge: "ch_1".into(),
+            amount: 500,
+            reference: "re_1".into(),
+        };
+        let first = sim.refund("re_1", &request);
+        assert_eq!(first.status, ProviderStatus::Succeeded);
+        assert!(first.id.starts_with("pr_"));
+        assert_eq!(sim.refund("re_1", &request), first);
+        assert_eq!(sim.refunds().len(), 1);
+        assert_eq!(sim.refund_calls(), 2);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 pub mod health;
 pub mod input;
 pub mod payments;
+pub mod refunds;
 pub mod webhooks;
 
 use actix_web::{HttpResponse, web};
@@ -19,6 +20,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/v1/payments/{id}")
             .route(web::get().to(payments::get))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/v1/payments/{id}/refunds")
+            .route(web::post().to(refunds::create))
+            .route(web::get().to(refunds::list))
             .default_service(web::to(method_not_allowed)),
     )
     .service(

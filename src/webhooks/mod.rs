@@ -22,6 +22,7 @@ use crate::domain::{Timestamp, now};
 use crate::error::ApiError;
 use crate::payments::{PaymentStatus, final_state};
 use crate::provider::{Charge, ProviderStatus};
+use crate::refunds::{self, OutcomeApplied, RefundOutcome};
 use crate::startup::AppState;
 
 pub use signature::{SignedHeaders, WebhookSecret, sign};
@@ -62,6 +63,15 @@ struct ChargeData {
     failure_message: Option<String>,
 }
 
+/// `data` of `refund.succeeded` / `refund.failed`.
+#[derive(Debug, Clone, Deserialize)]
+struct RefundData {
+    refund_id: Option<String>,
+    /// Our refund id.
+    reference: String,
+    failure_code: Option<String>,
+}
+
 /// What an event asks for, decided before the database is touched.
 #[derive(Debug)]
 enum Effect {
@@ -69,9 +79,10 @@ enum Effect {
         status: ProviderStatus,
         data: ChargeData,
     },
-    /// Refunds arrive on another branch; until they are wired in, refund events are
-    /// recorded (so they stay exactly-once) and not applied.
-    RefundNotAppliedYet,
+    FinishRefund {
+        succeeded: bool,
+        data: RefundData,
+    },
     /// Recorded and answered 200, nothing else: retrying would not make it applicable.
     Ignore(&'static str),
 }
@@ -97,7 +108,15 @@ enum Applied {
         field: &'static str,
     },
     UnknownReference,
-    RefundNotAppliedYet,
+    RefundFinished {
+        refund_id: String,
+        status: String,
+    },
+    /// The refund is already final: nothing changes.
+    RefundAlreadyFinal {
+        refund_id: String,
+        current: String,
+    },
     Ignored(&'static str),
 }
 
@@ -105,7 +124,15 @@ fn effect_of(envelope: Envelope) -> Effect {
     let status = match envelope.kind.as_str() {
         "charge.succeeded" => ProviderStatus::Succeeded,
         "charge.failed" => ProviderStatus::Failed,
-        "refund.succeeded" | "refund.failed" => return Effect::RefundNotAppliedYet,
+        kind @ ("refund.succeeded" | "refund.failed") => {
+            return match serde_json::from_value::<RefundData>(envelope.data) {
+                Ok(data) => Effect::FinishRefund {
+                    succeeded: kind == "refund.succeeded",
+                    data,
+                },
+                Err(_) => Effect::Ignore("refund event data is malformed"),
+            };
+        }
         _ => return Effect::Ignore("unknown event type"),
     };
     match serde_json::from_value::<ChargeData>(envelope.data) {
@@ -177,11 +204,41 @@ pub async fn receive_provider_event(
 fn apply(conn: &mut DbConnection, effect: Effect, at: Timestamp) -> diesel::QueryResult<Applied> {
     match effect {
         Effect::FinishPayment { status, data } => finish_payment(conn, status, data, at),
-        // The one place to wire refunds in at merge: finish the `pending` refund named by
-        // `data.reference`, guarded by its status, exactly like payments below.
-        Effect::RefundNotAppliedYet => Ok(Applied::RefundNotAppliedYet),
+        Effect::FinishRefund { succeeded, data } => finish_refund(conn, succeeded, data),
         Effect::Ignore(why) => Ok(Applied::Ignored(why)),
     }
+}
+
+/// Finishes the `pending` refund named by `data.reference` through the one function every
+/// path uses (request, retry, recovery, webhook): only `pending → final` changes anything.
+fn finish_refund(
+    conn: &mut DbConnection,
+    succeeded: bool,
+    data: RefundData,
+) -> diesel::QueryResult<Applied> {
+    let outcome = if succeeded {
+        RefundOutcome::Succeeded {
+            provider_refund_id: data.refund_id.unwrap_or_default(),
+        }
+    } else {
+        RefundOutcome::Failed {
+            provider_refund_id: data.refund_id,
+            failure_code: data.failure_code,
+        }
+    };
+    Ok(
+        match refunds::apply_refund_outcome(conn, &data.reference, &outcome)? {
+            OutcomeApplied::Applied(row) => Applied::RefundFinished {
+                refund_id: row.id,
+                status: row.status,
+            },
+            OutcomeApplied::AlreadyFinal(row) => Applied::RefundAlreadyFinal {
+                refund_id: row.id,
+                current: row.status,
+            },
+            OutcomeApplied::UnknownRefund => Applied::UnknownReference,
+        },
+    )
 }
 
 fn finish_payment(
@@ -281,8 +338,11 @@ fn log_applied(id: &str, event_type: &str, applied: &Applied) {
         Applied::UnknownReference => {
             tracing::warn!(webhook_id = %id, %event_type, "webhook for an unknown reference; recorded only");
         }
-        Applied::RefundNotAppliedYet => {
-            tracing::warn!(webhook_id = %id, %event_type, "refund events are not applied yet; recorded only");
+        Applied::RefundFinished { refund_id, status } => {
+            tracing::info!(webhook_id = %id, %event_type, %refund_id, %status, "refund finished by webhook");
+        }
+        Applied::RefundAlreadyFinal { refund_id, current } => {
+            tracing::info!(webhook_id = %id, %event_type, %refund_id, %current, "refund already final; nothing changed");
         }
         Applied::Ignored(why) => {
             tracing::info!(webhook_id = %id, %event_type, reason = why, "webhook recorded only");

@@ -10,10 +10,12 @@ use awc::http::StatusCode;
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
 use payments_api::config::Settings;
-use payments_api::db::{DatabaseTarget, merchants, payments as payment_rows};
+use payments_api::db::{
+    DatabaseTarget, merchants, payments as payment_rows, refunds as refund_rows,
+};
 use payments_api::domain::new_api_key;
-use payments_api::provider::Simulator;
 use payments_api::provider::sim_server::{self, Faults};
+use payments_api::provider::{ProviderRefund, Simulator};
 use payments_api::startup::{AppState, Application};
 use serde_json::Value;
 
@@ -245,8 +247,8 @@ pub async fn spawn_provider() -> TestProvider {
     );
     let simulator = Arc::new(Simulator::new());
     let faults = Arc::new(Faults::default());
-    let server =
-        sim_server::serve(listener, simulator.clone(), faults.clone()).expect("provider starts");
+    let server = sim_server::serve(listener, simulator.clone(), faults.clone(), None)
+        .expect("provider starts");
     let handle = server.handle();
     actix_web::rt::spawn(server);
     TestProvider {
@@ -351,6 +353,56 @@ impl TestApp {
     /// Charges the provider made (one per idempotency key).
     pub fn charges(&self) -> usize {
         self.simulator.charges().len()
+    }
+
+    /// POST a refund of `payment_id` with the default key and this idempotency key.
+    pub async fn post_refund(
+        &self,
+        payment_id: &str,
+        idempotency_key: &str,
+        body: &Value,
+    ) -> TestResponse {
+        let path = format!("/v1/payments/{payment_id}/refunds");
+        self.post_json(&path, &self.api_key, Some(idempotency_key), body)
+            .await
+    }
+
+    /// A succeeded payment of `amount` (minor units) of the default merchant: its id.
+    pub async fn paid_payment(&self, amount: i64) -> String {
+        let key = format!("paid-{}", uuid::Uuid::new_v4().simple());
+        let response = self.post_payment(&key, &visa(amount)).await;
+        assert_eq!(response.status, 201, "{}", response.text());
+        let payment = response.json();
+        assert_eq!(payment["status"], "succeeded");
+        payment["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Refunds the provider made (one per idempotency key).
+    pub fn provider_refunds(&self) -> Vec<ProviderRefund> {
+        self.simulator.refunds()
+    }
+
+    /// `(amount_reserved, amount_refunded)` of a payment, as stored.
+    pub async fn refund_totals(&self, payment_id: &str) -> (i64, i64) {
+        let (merchant_id, payment_id) = (self.merchant_id.clone(), payment_id.to_owned());
+        let payment = self
+            .state
+            .db
+            .run(move |conn| refund_rows::find_payment(conn, &merchant_id, &payment_id))
+            .await
+            .expect("read payment")
+            .expect("payment exists");
+        (payment.amount_reserved, payment.amount_refunded)
+    }
+
+    /// Refund rows of a payment with this status (`rejected` = stored refusals).
+    pub async fn refund_rows(&self, payment_id: &str, status: &'static str) -> i64 {
+        let payment_id = payment_id.to_owned();
+        self.state
+            .db
+            .run(move |conn| refund_rows::count_by_status(conn, &payment_id, status))
+            .await
+            .expect("count refunds")
     }
 
     /// Payment rows of the default merchant.

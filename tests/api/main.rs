@@ -5,5 +5,6 @@ mod helpers;
 mod idempotency;
 mod payments;
 mod recovery;
+mod refunds;
 mod validation;
 mod webhooks;

@@ -293,3 +293,50 @@ async fn a_service_killed_mid_charge_finishes_the_payment_after_restart_with_one
     assert_eq!(charges.len(), 1, "exactly one charge at the provider");
     assert_eq!(finished["provider_charge_id"], charges[0].id.as_str());
 }
+
+#[actix_web::test]
+async fn a_refund_whose_answer_was_lost_is_finished_by_recovery_once() {
+    let provider = spawn_provider().await;
+    let app = spawn_app_with_provider(&provider, |s| {
+        s.provider_timeout = Duration::from_millis(200);
+        s.provider_max_attempts = 1;
+        s.processing_lease = Duration::from_millis(300);
+        s.recovery_interval = Duration::from_millis(100);
+    })
+    .await;
+    let payment_id = app.paid_payment(2000).await;
+    provider.faults.drop_next.store(1, Ordering::SeqCst);
+    let pending = app
+        .post_refund(
+            &payment_id,
+            "lost-refund",
+            &serde_json::json!({"amount": 500}),
+        )
+        .await;
+    assert_eq!(pending.status, 202, "{}", pending.text());
+    assert_eq!(
+        provider.simulator.refunds().len(),
+        1,
+        "the money went back, the answer did not"
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.refund_totals(&payment_id).await != (500, 500) {
+        assert!(Instant::now() < deadline, "the refund was never finished");
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        provider.simulator.refunds().len(),
+        1,
+        "resumed with the same refund id"
+    );
+    let retry = app
+        .post_refund(
+            &payment_id,
+            "lost-refund",
+            &serde_json::json!({"amount": 500}),
+        )
+        .await;
+    assert_eq!(retry.status, 201);
+    assert_eq!(retry.json()["status"], "succeeded");
+}

@@ -12,7 +12,10 @@ use payments_api::provider::{Charge, ProviderStatus, RetryPolicy, WebhookDeliver
 use payments_api::webhooks::{self, SignedHeaders, WebhookSecret, sign, signature};
 use serde_json::{Value, json};
 
-use crate::helpers::{TEST_WEBHOOK_SECRET, TestApp, TestResponse, spawn_app, spawn_app_with};
+use crate::helpers::{
+    TEST_WEBHOOK_SECRET, TestApp, TestResponse, spawn_app, spawn_app_with, spawn_app_with_provider,
+    spawn_provider,
+};
 
 const PATH: &str = "/v1/webhooks/provider";
 
@@ -675,4 +678,103 @@ async fn delivery_gives_up_after_its_attempts() {
     let failed = delivery.deliver(&event).await.unwrap_err();
     assert_eq!(failed.attempts, 3);
     assert_eq!(seen.lock().unwrap().len(), 3);
+}
+
+fn refund_event(kind: &str, refund: &Value) -> Vec<u8> {
+    json!({
+        "type": kind,
+        "timestamp": "2026-11-22T06:00:00Z",
+        "data": {
+            "refund_id": format!("pr_{}", uuid::Uuid::new_v4().simple()),
+            "reference": refund["id"],
+            "charge_id": "ch_ignored",
+            "amount": refund["amount"],
+            "failure_code": if kind == "refund.failed" { json!("expired_card") } else { Value::Null },
+        }
+    })
+    .to_string()
+    .into_bytes()
+}
+
+#[actix_web::test]
+async fn refund_events_finish_pending_refunds_once() {
+    let provider = spawn_provider().await;
+    // Nothing but the webhooks may finish the pending refunds here.
+    let app = spawn_app_with_provider(&provider, |s| {
+        s.provider_max_attempts = 1;
+        s.processing_lease = Duration::from_secs(600);
+        s.recovery_interval = Duration::from_secs(600);
+    })
+    .await;
+    let payment_id = app.paid_payment(1000).await;
+    provider
+        .faults
+        .down
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+
+    let pending = app
+        .post_refund(&payment_id, "r-ok", &json!({"amount": 400}))
+        .await;
+    assert_eq!(pending.status, 202, "{}", pending.text());
+    let refund = pending.json();
+    assert_eq!(refund["status"], "pending");
+    assert_eq!(
+        app.refund_totals(&payment_id).await,
+        (400, 0),
+        "reserved, not refunded"
+    );
+
+    let succeeded = refund_event("refund.succeeded", &refund);
+    let id = event_id();
+    let deliveries = join_all((0..10).map(|_| app.post_webhook(&id, &succeeded))).await;
+    assert_eq!(
+        deliveries
+            .iter()
+            .filter(|r| r.json()["duplicate"] == false)
+            .count(),
+        1
+    );
+    assert_eq!(
+        app.refund_totals(&payment_id).await,
+        (400, 400),
+        "refunded once"
+    );
+    let payment = app.get(&format!("/v1/payments/{payment_id}")).await.json();
+    assert_eq!(payment["amount_refunded"], 400);
+
+    // The original request now replays the final answer the webhook fixed.
+    let retry = app
+        .post_refund(&payment_id, "r-ok", &json!({"amount": 400}))
+        .await;
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retry.json()["status"], "succeeded");
+
+    // A failed refund gives its reservation back; a late success for it changes nothing.
+    let pending = app
+        .post_refund(&payment_id, "r-fail", &json!({"amount": 600}))
+        .await;
+    assert_eq!(pending.status, 202);
+    let refund = pending.json();
+    assert_eq!(app.refund_totals(&payment_id).await, (1000, 400));
+    assert_receipt(
+        &app.post_webhook(&event_id(), &refund_event("refund.failed", &refund))
+            .await,
+        false,
+    );
+    assert_eq!(app.refund_totals(&payment_id).await, (400, 400));
+    assert_receipt(
+        &app.post_webhook(&event_id(), &refund_event("refund.succeeded", &refund))
+            .await,
+        false,
+    );
+    assert_eq!(
+        app.refund_totals(&payment_id).await,
+        (400, 400),
+        "a final refund never moves"
+    );
+    assert!(
+        provider.simulator.refunds().is_empty(),
+        "the provider was down throughout"
+    );
 }

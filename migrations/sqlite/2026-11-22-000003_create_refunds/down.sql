@@ -1,0 +1,2 @@
+DROP TABLE refunds;
+ALTER TABLE payments DROP COLUMN amount_reserved;

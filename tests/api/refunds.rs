@@ -1,0 +1,637 @@
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::{LocalBoxFuture, join, join_all};
+use payments_api::auth::Merchant;
+use payments_api::domain::{Amount, IdempotencyKey};
+use payments_api::provider::{
+    Charge, ChargeRequest, OutcomeUnknown, PaymentProvider, ProviderRefund, RefundRequest,
+};
+use payments_api::refunds::{self, NewRefund, OutcomeApplied, RefundOutcome};
+use serde_json::json;
+
+use crate::helpers::{TestApp, spawn_app, spawn_app_with};
+
+#[actix_web::test]
+async fn a_refund_without_amount_refunds_everything_once() {
+    let app = spawn_app().await;
+    let payment_id = app.paid_payment(2000).await;
+
+    let response = app.post_refund(&payment_id, "refund-all", &json!({})).await;
+    assert_eq!(response.status, 201, "{}", response.text());
+    assert_eq!(response.header("content-type"), Some("application/json"));
+    assert!(response.header("idempotent-replayed").is_none());
+    let refund = response.json();
+    let id = refund["id"].as_str().unwrap();
+    assert!(id.starts_with("re_") && id.len() == 3 + 32, "{id}");
+    assert_eq!(refund["object"], "refund");
+    assert_eq!(refund["payment_id"], payment_id.as_str());
+    assert_eq!(refund["amount"], 2000);
+    assert_eq!(refund["currency"], "usd");
+    assert_eq!(refund["status"], "succeeded");
+    assert_eq!(refund["reason"], serde_json::Value::Null);
+    assert_eq!(refund["failure_code"], serde_json::Value::Null);
+    assert!(refund["created_at"].as_str().unwrap().ends_with('Z'));
+
+    // The provider was asked once, with our refund id as the reference, for its charge.
+    let ledger = app.provider_refunds();
+    assert_eq!(ledger.len(), 1);
+    let payment = app.get(&format!("/v1/payments/{payment_id}")).await.json();
+    assert_eq!(ledger[0].reference, id);
+    assert_eq!(ledger[0].amount, 2000);
+    assert_eq!(
+        ledger[0].charge,
+        payment["provider_charge_id"].as_str().unwrap()
+    );
+    assert_eq!(refund["provider_refund_id"], ledger[0].id.as_str());
+    assert_eq!(payment["amount_refunded"], 2000);
+    assert_eq!(app.refund_totals(&payment_id).await, (2000, 2000));
+
+    // Nothing is left: a new refund is refused and the provider is not called.
+    app.post_refund(&payment_id, "refund-more", &json!({}))
+        .await
+        .assert_problem(409, "payment_not_refundable");
+    assert_eq!(app.simulator.refund_calls(), 1);
+}
+
+#[actix_web::test]
+async fn partial_refunds_until_nothing_is_left() {
+    let app = spawn_app().await;
+    let payment_id = app.paid_payment(1000).await;
+
+    let first = app
+        .post_refund(
+            &payment_id,
+            "p1",
+            &json!({"amount": 300, "reason": "duplicate"}),
+        )
+        .await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert_eq!(first.json()["reason"], "duplicate");
+    assert_eq!(app.refund_totals(&payment_id).await, (300, 300));
+
+    // No amount: what is left.
+    let second = app.post_refund(&payment_id, "p2", &json!({})).await;
+    assert_eq!(second.status, 201, "{}", second.text());
+    assert_eq!(second.json()["amount"], 700);
+    assert_eq!(app.refund_totals(&payment_id).await, (1000, 1000));
+
+    for (key, body) in [("p3", json!({"amount": 1})), ("p4", json!({}))] {
+        let refused = app.post_refund(&payment_id, key, &body).await;
+        let problem = refused.assert_problem(409, "payment_not_refundable");
+        assert!(problem.get("param").is_none());
+    }
+    assert_eq!(app.provider_refunds().len(), 2);
+    let payment = app.get(&format!("/v1/payments/{payment_id}")).await.json();
+    assert_eq!(payment["amount_refunded"], 1000);
+
+    // The list: refunds only (not the refused requests), newest first, paginated.
+    let list = app
+        .get(&format!("/v1/payments/{payment_id}/refunds"))
+        .await
+        .json();
+    assert_eq!(list["object"], "list");
+    assert_eq!(list["has_more"], false);
+    let data = list["data"].as_array().unwrap();
+    assert_eq!(data.len(), 2);
+    assert_eq!(data[0]["id"], second.json()["id"]);
+    assert_eq!(data[1]["id"], first.json()["id"]);
+    let page = app
+        .get(&format!("/v1/payments/{payment_id}/refunds?limit=1"))
+        .await
+        .json();
+    assert_eq!(page["has_more"], true);
+    assert_eq!(page["data"][0]["id"], second.json()["id"]);
+    let cursor = page["data"][0]["id"].as_str().unwrap();
+    let rest = app
+        .get(&format!(
+            "/v1/payments/{payment_id}/refunds?limit=1&starting_after={cursor}"
+        ))
+        .await
+        .json();
+    assert_eq!(rest["has_more"], false);
+    assert_eq!(rest["data"][0]["id"], first.json()["id"]);
+    app.get(&format!("/v1/payments/{payment_id}/refunds?limit=0"))
+        .await
+        .assert_problem(400, "invalid_request");
+}
+
+#[actix_web::test]
+async fn an_over_refund_is_422_and_its_answer_is_replayed() {
+    let app = spawn_app().await;
+    let payment_id = app.paid_payment(1000).await;
+    assert_eq!(
+        app.post_refund(&payment_id, "o1", &json!({"amount": 600}))
+            .await
+            .status,
+        201
+    );
+
+    let over = app
+        .post_refund(&payment_id, "o2", &json!({"amount": 500}))
+        .await;
+    over.assert_problem(422, "amount_exceeds_refundable");
+    assert_eq!(app.refund_totals(&payment_id).await, (600, 600));
+
+    // The refusal is the key's final answer: the same request replays it byte for byte,
+    // even once the amount would fit again.
+    let replay = app
+        .post_refund(&payment_id, "o2", &json!({"amount": 500}))
+        .await;
+    replay.assert_problem(422, "amount_exceeds_refundable");
+    assert_eq!(replay.body, over.body);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(app.refund_rows(&payment_id, "rejected").await, 1);
+
+    let rest = app
+        .post_refund(&payment_id, "o3", &json!({"amount": 400}))
+        .await;
+    assert_eq!(rest.status, 201);
+    assert_eq!(app.provider_refunds().len(), 2);
+    assert_eq!(app.simulator.refund_calls(), 2);
+    assert_eq!(app.refund_totals(&payment_id).await, (1000, 1000));
+}
+
+#[actix_web::test]
+async fn a_declined_payment_cannot_be_refunded() {
+    let app = spawn_app().await;
+    let declined = app
+        .post_payment(
+            "declined",
+            &json!({"amount": 500, "currency": "usd", "payment_method": "pm_card_declined"}),
+        )
+        .await;
+    assert_eq!(declined.status, 201);
+    let payment_id = declined.json()["id"].as_str().unwrap().to_owned();
+
+    for body in [json!({}), json!({"amount": 100})] {
+        let key = format!("refund-declined-{}", body["amount"]);
+        app.post_refund(&payment_id, &key, &body)
+            .await
+            .assert_problem(409, "payment_not_refundable");
+    }
+    // Still processing (pending at the provider) is not refundable either.
+    let processing = app
+        .post_payment(
+            "async",
+            &json!({"amount": 500, "currency": "usd", "payment_method": "pm_card_async"}),
+        )
+        .await;
+    assert_eq!(processing.status, 202);
+    let processing_id = processing.json()["id"].as_str().unwrap().to_owned();
+    app.post_refund(&processing_id, "refund-processing", &json!({}))
+        .await
+        .assert_problem(409, "payment_not_refundable");
+    assert_eq!(app.simulator.refund_calls(), 0);
+    assert_eq!(app.refund_totals(&payment_id).await, (0, 0));
+    let list = app
+        .get(&format!("/v1/payments/{payment_id}/refunds"))
+        .await
+        .json();
+    assert_eq!(list["data"].as_array().unwrap().len(), 0);
+}
+
+#[actix_web::test]
+async fn an_unknown_or_foreign_payment_is_404_and_nothing_is_stored() {
+    let app = spawn_app().await;
+    let other_key = app.create_merchant("other").await;
+    let foreign = app
+        .post_json(
+            "/v1/payments",
+            &other_key,
+            Some("theirs"),
+            &json!({"amount": 900, "currency": "usd", "payment_method": "pm_card_visa"}),
+        )
+        .await;
+    assert_eq!(foreign.status, 201);
+    let foreign_id = foreign.json()["id"].as_str().unwrap().to_owned();
+
+    for payment_id in [
+        "pay_0190a0b0c0d07000800000000000000f",
+        "nonsense",
+        foreign_id.as_str(),
+    ] {
+        app.post_refund(payment_id, "k404", &json!({"amount": 100}))
+            .await
+            .assert_problem(404, "not_found");
+        app.get(&format!("/v1/payments/{payment_id}/refunds"))
+            .await
+            .assert_problem(404, "not_found");
+    }
+    assert_eq!(app.refund_rows(&foreign_id, "rejected").await, 0);
+    assert_eq!(app.simulator.refund_calls(), 0);
+
+    // A 404 is not remembered: the key is still free for a real refund.
+    let mine = app.paid_payment(100).await;
+    let ok = app
+        .post_refund(&mine, "k404", &json!({"amount": 100}))
+        .await;
+    assert_eq!(ok.status, 201, "{}", ok.text());
+    // And the owner can refund their payment.
+    let theirs = app
+        .post_json(
+            &format!("/v1/payments/{foreign_id}/refunds"),
+            &other_key,
+            Some("k404"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(theirs.status, 201, "{}", theirs.text());
+    assert_eq!(theirs.json()["amount"], 900);
+}
+
+#[actix_web::test]
+async fn a_retried_refund_replays_byte_for_byte_and_refunds_once() {
+    let app = spawn_app().await;
+    let payment_id = app.paid_payment(1500).await;
+    let first = app
+        .post_refund(
+            &payment_id,
+            "retry-me",
+            &json!({"amount": 500, "reason": "requested_by_customer"}),
+        )
+        .await;
+    assert_eq!(first.status, 201);
+
+    // The same request written differently is the same request.
+    let body = br#"{ "reason" : "requested_by_customer",   "amount": 500 }"#.to_vec();
+    let replay = app
+        .request(
+            "POST",
+            &format!("/v1/payments/{payment_id}/refunds"),
+            &[
+                ("Authorization", format!("Bearer {}", app.api_key)),
+                ("Content-Type", "application/json".to_owned()),
+                ("Idempotency-Key", "\"retry-me\"".to_owned()),
+            ],
+            body,
+        )
+        .await;
+    assert_eq!(replay.status, 201);
+    assert_eq!(replay.body, first.body);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+
+    assert_eq!(app.simulator.refund_calls(), 1);
+    assert_eq!(app.provider_refunds().len(), 1);
+    assert_eq!(app.refund_rows(&payment_id, "succeeded").await, 1);
+    assert_eq!(app.refund_totals(&payment_id).await, (500, 500));
+}
+
+#[actix_web::test]
+async fn a_key_reused_with_a_different_request_is_refused_and_runs_nothing() {
+    let app = spawn_app().await;
+    let payment_id = app.paid_payment(1000).await;
+    let other_payment = app.paid_payment(1000).await;
+    assert_eq!(
+        app.post_refund(&payment_id, "reuse", &json!({"amount": 100}))
+            .await
+            .status,
+        201
+    );
+
+    for (payment, body) in [
+        (&payment_id, json!({"amount": 200})),
+        (&payment_id, json!({})),
+        (&payment_id, json!({"amount": 100, "reason": "fraudulent"})),
+        (&other_payment, json!({"amount": 100})),
+    ] {
+        app.post_refund(payment, "reuse", &body)
+            .await
+            .assert_problem(422, "idempotency_key_reused");
+    }
+    assert_eq!(app.simulator.refund_calls(), 1);
+    assert_eq!(app.refund_totals(&payment_id).await, (100, 100));
+    assert_eq!(app.refund_totals(&other_payment).await, (0, 0));
+}
+
+#[actix_web::test]
+async fn refund_bodies_are_validated_before_anything_is_stored() {
+    let app = spawn_app().await;
+    let payment_id = app.paid_payment(1000).await;
+    for (body, param) in [
+        (json!({"amount": 100, "currency": "usd"}), "currency"),
+        (json!({"amount": 0}), "amount"),
+        (json!({"amount": "100"}), "amount"),
+        (json!({"reason": "changed_my_mind"}), "reason"),
+    ] {
+        let problem = app
+            .post_refund(&payment_id, "v", &body)
+            .await
+            .assert_problem(400, "invalid_request");
+        assert_eq!(problem["param"], param, "{body}");
+    }
+    app.post_json(
+        &format!("/v1/payments/{payment_id}/refunds"),
+        &app.api_key,
+        None,
+        &json!({}),
+    )
+    .await
+    .assert_problem(400, "idempotency_key_missing");
+    // Nothing was remembered: the key still works.
+    let ok = app
+        .post_refund(&payment_id, "v", &json!({"amount": 100}))
+        .await;
+    assert_eq!(ok.status, 201);
+}
+
+/// 20 refunds of 10% each with distinct keys and 20 identical requests of another 10%,
+/// all at once against the real server: exactly 10 of the 21 distinct requests can fit.
+async fn refund_storm(app: &TestApp) {
+    let payment_id = app.paid_payment(1000).await;
+    let tenth = json!({"amount": 100});
+    let keys: Vec<String> = (0..20).map(|i| format!("storm-{i}")).collect();
+    let distinct = keys
+        .iter()
+        .map(|k| app.post_refund(&payment_id, k, &tenth))
+        .collect::<Vec<_>>();
+    let identical = (0..20)
+        .map(|_| app.post_refund(&payment_id, "storm-same", &tenth))
+        .collect::<Vec<_>>();
+    let (distinct, identical) = join(join_all(distinct), join_all(identical)).await;
+
+    for r in distinct.iter().chain(identical.iter()) {
+        assert!(
+            r.status == 201 || r.status == 409,
+            "unexpected {}: {}",
+            r.status,
+            r.text()
+        );
+        if r.status == 409 {
+            r.assert_problem(409, "payment_not_refundable");
+        }
+    }
+    // The identical requests are one request: one answer, byte for byte.
+    let bodies: HashSet<&[u8]> = identical.iter().map(|r| r.body.as_slice()).collect();
+    assert_eq!(bodies.len(), 1, "identical requests answered differently");
+    let originals = identical
+        .iter()
+        .filter(|r| r.header("idempotent-replayed").is_none())
+        .count();
+    assert_eq!(originals, 1, "one original answer, 19 replays");
+
+    let succeeded = distinct.iter().filter(|r| r.status == 201).count()
+        + usize::from(identical[0].status == 201);
+    assert_eq!(succeeded, 10, "exactly ten refunds of 10% fit");
+
+    // The invariant, from every side: database, API and the provider's ledger agree.
+    assert_eq!(app.refund_rows(&payment_id, "succeeded").await, 10);
+    assert_eq!(app.refund_rows(&payment_id, "pending").await, 0);
+    assert_eq!(app.refund_rows(&payment_id, "rejected").await, 11);
+    assert_eq!(app.refund_totals(&payment_id).await, (1000, 1000));
+    let ledger = app.provider_refunds();
+    assert_eq!(ledger.len(), 10);
+    assert_eq!(ledger.iter().map(|r| r.amount).sum::<i64>(), 1000);
+    let payment = app.get(&format!("/v1/payments/{payment_id}")).await.json();
+    assert_eq!(payment["amount_refunded"], 1000);
+    let list = app
+        .get(&format!("/v1/payments/{payment_id}/refunds?limit=100"))
+        .await
+        .json();
+    let listed = list["data"].as_array().unwrap();
+    assert_eq!(listed.len(), 10);
+    let refund_ids: HashSet<&str> = listed.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    let ledger_refs: HashSet<&str> = ledger.iter().map(|r| r.reference.as_str()).collect();
+    assert_eq!(refund_ids, ledger_refs);
+}
+
+#[actix_web::test]
+async fn concurrent_refunds_never_exceed_the_payment() {
+    // The provider is slow enough that all requests overlap.
+    let app = spawn_app_with(|s| s.provider_latency = Duration::from_millis(100)).await;
+    refund_storm(&app).await;
+}
+
+#[actix_web::test]
+async fn concurrent_refunds_never_exceed_the_payment_with_an_instant_provider() {
+    let app = spawn_app().await;
+    refund_storm(&app).await;
+}
+
+#[actix_web::test]
+async fn concurrent_refunds_of_what_is_left_refund_it_once() {
+    // Without an amount each request asks for "all that is left" as it finds it: one wins.
+    let app = spawn_app_with(|s| s.provider_latency = Duration::from_millis(50)).await;
+    let payment_id = app.paid_payment(1000).await;
+    app.post_refund(&payment_id, "first-part", &json!({"amount": 250}))
+        .await;
+    let keys: Vec<String> = (0..20).map(|i| format!("rest-{i}")).collect();
+    let everything = json!({});
+    let responses = join_all(
+        keys.iter()
+            .map(|k| app.post_refund(&payment_id, k, &everything)),
+    )
+    .await;
+    let won: Vec<_> = responses.iter().filter(|r| r.status == 201).collect();
+    assert_eq!(won.len(), 1, "exactly one refund of the rest");
+    assert_eq!(won[0].json()["amount"], 750);
+    for r in responses.iter().filter(|r| r.status != 201) {
+        r.assert_problem(409, "payment_not_refundable");
+    }
+    assert_eq!(app.refund_totals(&payment_id).await, (1000, 1000));
+    assert_eq!(app.provider_refunds().len(), 2);
+}
+
+#[actix_web::test]
+async fn payment_and_refund_keys_are_separate_scopes() {
+    let app = spawn_app().await;
+    let first = app
+        .post_payment("shared-key", &crate::helpers::visa(800))
+        .await;
+    assert_eq!(first.status, 201);
+    let payment_id = first.json()["id"].as_str().unwrap().to_owned();
+    let refund = app
+        .post_refund(&payment_id, "shared-key", &json!({"amount": 300}))
+        .await;
+    assert_eq!(refund.status, 201, "{}", refund.text());
+    assert!(refund.header("idempotent-replayed").is_none());
+    assert_eq!(app.refund_totals(&payment_id).await, (300, 300));
+}
+
+#[actix_web::test]
+async fn a_retry_while_the_refund_runs_gets_409_then_the_replay() {
+    let app = spawn_app_with(|s| {
+        s.provider_latency = Duration::from_millis(1000);
+        s.idempotency_wait = Duration::from_millis(100);
+    })
+    .await;
+    let payment_id = app.paid_payment(900).await;
+    let body = json!({"amount": 300});
+    let (first, retry) = join(app.post_refund(&payment_id, "slow", &body), async {
+        actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+        app.post_refund(&payment_id, "slow", &body).await
+    })
+    .await;
+    retry.assert_problem(409, "idempotency_key_in_use");
+    assert!(retry.header("retry-after").is_some());
+    assert_eq!(first.status, 201, "{}", first.text());
+
+    let later = app.post_refund(&payment_id, "slow", &body).await;
+    assert_eq!(later.status, 201);
+    assert_eq!(later.header("idempotent-replayed"), Some("true"));
+    assert_eq!(later.body, first.body);
+    assert_eq!(app.simulator.refund_calls(), 1);
+    assert_eq!(app.refund_totals(&payment_id).await, (300, 300));
+}
+
+/// A provider that never answers: every outcome is unknown.
+struct Unreachable;
+
+impl PaymentProvider for Unreachable {
+    fn create_charge<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a ChargeRequest,
+    ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>> {
+        Box::pin(async { Err(OutcomeUnknown("timed out".into())) })
+    }
+
+    fn create_refund<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a RefundRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>> {
+        Box::pin(async { Err(OutcomeUnknown("timed out".into())) })
+    }
+}
+
+async fn refund_through_unreachable_provider(
+    app: &TestApp,
+    payment_id: &str,
+    key: &[u8],
+    amount: i64,
+) -> serde_json::Value {
+    let mut state = app.state.clone();
+    state.provider = Arc::new(Unreachable);
+    let merchant = Merchant {
+        id: app.merchant_id.clone(),
+        name: "default".to_owned(),
+    };
+    let request = NewRefund {
+        amount: Some(Amount::parse(amount).unwrap()),
+        reason: None,
+    };
+    let answer = refunds::create_refund(
+        &state,
+        &merchant,
+        payment_id.to_owned(),
+        IdempotencyKey::parse(key).unwrap(),
+        request,
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer.status, 202, "{}", answer.body);
+    serde_json::from_str(&answer.body).unwrap()
+}
+
+#[actix_web::test]
+async fn an_unknown_outcome_answers_202_holds_the_amount_and_a_retry_resumes() {
+    let app = spawn_app().await;
+    let payment_id = app.paid_payment(1000).await;
+
+    let pending = refund_through_unreachable_provider(&app, &payment_id, b"unknown", 400).await;
+    assert_eq!(pending["status"], "pending");
+    assert_eq!(pending["provider_refund_id"], serde_json::Value::Null);
+    // Held while unknown, so nothing else can take it...
+    assert_eq!(app.refund_totals(&payment_id).await, (400, 0));
+    app.post_refund(&payment_id, "too-much", &json!({"amount": 700}))
+        .await
+        .assert_problem(422, "amount_exceeds_refundable");
+    let listed = app
+        .get(&format!("/v1/payments/{payment_id}/refunds"))
+        .await
+        .json();
+    assert_eq!(listed["data"][0]["status"], "pending");
+
+    // ...and a retry takes the refund over and asks the provider with the same key.
+    let resumed = app
+        .post_refund(&payment_id, "unknown", &json!({"amount": 400}))
+        .await;
+    assert_eq!(resumed.status, 201, "{}", resumed.text());
+    assert_eq!(resumed.json()["id"], pending["id"]);
+    assert_eq!(resumed.json()["status"], "succeeded");
+    assert_eq!(app.provider_refunds().len(), 1);
+    assert_eq!(
+        app.provider_refunds()[0].reference,
+        pending["id"].as_str().unwrap()
+    );
+    assert_eq!(app.refund_totals(&payment_id).await, (400, 400));
+}
+
+#[actix_web::test]
+async fn a_failed_outcome_releases_the_amount_once() {
+    let app = spawn_app().await;
+    let payment_id = app.paid_payment(1000).await;
+    let pending = refund_through_unreachable_provider(&app, &payment_id, b"will-fail", 600).await;
+    let refund_id = pending["id"].as_str().unwrap().to_owned();
+    assert_eq!(app.refund_totals(&payment_id).await, (600, 0));
+
+    // As a `refund.failed` webhook would report it, twice.
+    let outcome = RefundOutcome::Failed {
+        provider_refund_id: Some("pr_failed".to_owned()),
+        failure_code: Some("expired_card".to_owned()),
+    };
+    for expect_applied in [true, false] {
+        let (id, outcome) = (refund_id.clone(), outcome.clone());
+        let applied = app
+            .state
+            .db
+            .run(move |conn| refunds::apply_refund_outcome(conn, &id, &outcome))
+            .await
+            .unwrap();
+        match applied {
+            OutcomeApplied::Applied(row) if expect_applied => assert_eq!(row.status, "failed"),
+            OutcomeApplied::AlreadyFinal(row) if !expect_applied => {
+                assert_eq!(row.status, "failed")
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // A later success report cannot move it sideways.
+    let id = refund_id.clone();
+    let late = app
+        .state
+        .db
+        .run(move |conn| {
+            refunds::apply_refund_outcome(
+                conn,
+                &id,
+                &RefundOutcome::Succeeded {
+                    provider_refund_id: "pr_late".to_owned(),
+                },
+            )
+        })
+        .await
+        .unwrap();
+    assert!(matches!(late, OutcomeApplied::AlreadyFinal(_)));
+    assert_eq!(app.refund_totals(&payment_id).await, (0, 0));
+
+    // The retry learns the final answer; the released amount can be refunded again.
+    let retry = app
+        .post_refund(&payment_id, "will-fail", &json!({"amount": 600}))
+        .await;
+    assert_eq!(retry.status, 201);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retry.json()["status"], "failed");
+    assert_eq!(retry.json()["failure_code"], "expired_card");
+    assert_eq!(app.simulator.refund_calls(), 0);
+    let all = app.post_refund(&payment_id, "after-fail", &json!({})).await;
+    assert_eq!(all.status, 201);
+    assert_eq!(all.json()["amount"], 1000);
+    assert_eq!(app.refund_totals(&payment_id).await, (1000, 1000));
+
+    let unknown = app
+        .state
+        .db
+        .run(|conn| refunds::apply_refund_outcome(conn, "re_nope", &outcome_clone()))
+        .await
+        .unwrap();
+    assert!(matches!(unknown, OutcomeApplied::UnknownRefund));
+}
+
+fn outcome_clone() -> RefundOutcome {
+    RefundOutcome::Succeeded {
+        provider_refund_id: "pr_x".to_owned(),
+    }
+}
