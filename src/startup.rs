@@ -15,6 +15,7 @@ use crate::db::{self, DatabaseTarget, Db, merchants};
 use crate::idempotency::InFlight;
 use crate::provider::{InProcessProvider, PaymentProvider, Simulator};
 use crate::routes;
+use crate::shutdown::{Shutdown, WORKER_GRACE};
 
 /// Shared by every worker and background task.
 #[derive(Clone)]
@@ -24,6 +25,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub inflight: InFlight,
     pub api_keys: ApiKeyCache,
+    /// Background tasks spawn through this and stop when it fires (see [`Shutdown`]).
+    pub shutdown: Shutdown,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +85,8 @@ impl Application {
             simulator.clone(),
             settings.provider_latency,
         ));
+        let provider: Arc<dyn PaymentProvider> =
+            Arc::new(crate::metrics::MeteredProvider::new(provider));
 
         let listener =
             TcpListener::bind(&settings.bind_addr).map_err(|source| StartupError::Bind {
@@ -102,6 +107,7 @@ impl Application {
             settings: Arc::new(settings),
             inflight: InFlight::default(),
             api_keys: ApiKeyCache::default(),
+            shutdown: Shutdown::default(),
         };
         let server = run(listener, state.clone())?;
         Ok(Self {
@@ -129,8 +135,13 @@ impl Application {
         self.server.handle()
     }
 
+    /// Serves until stopped (SIGTERM/SIGINT, or [`ServerHandle::stop`]): in-flight requests
+    /// finish first, then background tasks are told to stop and given a bounded time.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+        let served = self.server.await;
+        tracing::info!("HTTP server stopped; stopping background tasks");
+        self.state.shutdown.stop_workers(WORKER_GRACE).await;
+        served
     }
 }
 
@@ -178,12 +189,20 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
                         .request()
                         .match_pattern()
                         .unwrap_or_else(|| "unmatched".into());
+                    let merchant = res
+                        .request()
+                        .extensions()
+                        .get::<crate::auth::MerchantId>()
+                        .map(|m| m.0.clone());
+                    let elapsed = started.elapsed();
+                    crate::metrics::http_request(&method, &route, res.status().as_u16(), elapsed);
                     tracing::info!(
                         %request_id,
                         %method,
                         route,
+                        merchant,
                         status = res.status().as_u16(),
-                        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+                        latency_ms = elapsed.as_secs_f64() * 1000.0,
                         "request"
                     );
                     Ok::<_, actix_web::Error>(res.map_body(|_, b| b.boxed()))

@@ -22,6 +22,7 @@ use crate::db::payments::{self as rows, ListFilter, PaymentRow};
 use crate::domain::{IdempotencyKey, PaymentId, new_lease_token, now};
 use crate::error::ApiError;
 use crate::idempotency::{Answer, wait_for_outcome};
+use crate::metrics::{self, IdempotencyOutcome};
 use crate::provider::{Charge, ChargeRequest, ProviderStatus};
 use crate::startup::AppState;
 
@@ -76,6 +77,7 @@ pub async fn create_payment(
     match inserted {
         Ok(()) => {
             tracing::info!(payment_id = %claim.id, "payment claimed");
+            metrics::idempotency("payment", IdempotencyOutcome::Created);
             return drive_detached(state, claim, token).await;
         }
         Err(DbError::UniqueViolation(_)) => {}
@@ -89,6 +91,7 @@ pub async fn create_payment(
         .await?
         .ok_or_else(|| ApiError::internal("idempotency key conflict without a stored payment"))?;
     if existing.request_fingerprint != claim.request_fingerprint {
+        metrics::idempotency("payment", IdempotencyOutcome::Reused);
         return Err(ApiError::IdempotencyKeyReused);
     }
     follow(state, existing).await
@@ -101,6 +104,7 @@ async fn follow(state: &AppState, mut row: PaymentRow) -> Result<Answer, ApiErro
     let mut poll = POLL_FIRST;
     loop {
         if let Some(answer) = stored_answer(&row) {
+            metrics::idempotency("payment", IdempotencyOutcome::Replayed);
             return Ok(answer.replayed());
         }
         if row.lease_is_free(now()) {
@@ -117,6 +121,7 @@ async fn follow(state: &AppState, mut row: PaymentRow) -> Result<Answer, ApiErro
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
+            metrics::idempotency("payment", IdempotencyOutcome::InUse);
             return Err(ApiError::IdempotencyKeyInUse {
                 retry_after_secs: RETRY_AFTER_SECS,
             });
@@ -125,6 +130,7 @@ async fn follow(state: &AppState, mut row: PaymentRow) -> Result<Answer, ApiErro
         // (outcome unknown); its duplicates answer 202 too rather than all retrying at once.
         if let Some(answer) = wait_for_outcome(&state.inflight, &row.id, remaining).await {
             return Ok(if answer.is_final() {
+                metrics::idempotency("payment", IdempotencyOutcome::Replayed);
                 answer.replayed()
             } else {
                 answer
