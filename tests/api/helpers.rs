@@ -66,13 +66,15 @@ impl TestResponse {
     }
 }
 
-enum TestDatabase {
+/// A database of a test's own: a fresh SQLite file, or a fresh PostgreSQL schema.
+pub enum TestDatabase {
     Sqlite(std::path::PathBuf),
     Postgres { base_url: String, schema: String },
 }
 
 impl TestDatabase {
-    fn create() -> (Self, String) {
+    /// The database and its URL.
+    pub fn create() -> (Self, String) {
         let unique = uuid::Uuid::new_v4().simple().to_string();
         match std::env::var("TEST_DATABASE_URL")
             .ok()
@@ -279,6 +281,7 @@ impl Drop for TestApp {
     fn drop(&mut self) {
         // Stop accepting before the database goes away with `self.database`.
         drop(self.handle.stop(false));
+        self.state.shutdown.trigger();
     }
 }
 

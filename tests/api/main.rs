@@ -3,5 +3,6 @@
 
 mod helpers;
 mod idempotency;
+mod ops;
 mod payments;
 mod validation;
