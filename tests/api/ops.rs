@@ -645,8 +645,9 @@ async fn sigterm_lets_the_in_flight_payment_finish_then_exits_0() {
     ])
     .await;
     let bearer = format!("Bearer {API_KEY}");
+    let answered = Arc::new(AtomicBool::new(false));
     let in_flight = async {
-        service
+        let answer = service
             .send(
                 "POST",
                 "/v1/payments",
@@ -657,12 +658,16 @@ async fn sigterm_lets_the_in_flight_payment_finish_then_exits_0() {
                 ],
                 &visa(990).to_string(),
             )
-            .await
+            .await;
+        answered.store(true, Ordering::SeqCst);
+        answer
     };
     let lines = service.lines.clone();
     let pid = service.child.id().to_string();
     let port = service.port;
+    let answered_flag = answered.clone();
     let terminate = async move {
+        let answered = answered_flag;
         // The provider call is under way once the payment is claimed.
         let deadline = Instant::now() + Duration::from_secs(60);
         while !lines
@@ -676,16 +681,21 @@ async fn sigterm_lets_the_in_flight_payment_finish_then_exits_0() {
         }
         let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(status.success());
-        // Once the server has begun its graceful stop it takes no new connections.
+        // The server stops accepting at once: new connections are refused while the
+        // payment is still in flight.
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !lines.lock().unwrap().iter().any(|l| l.contains("SIGTERM")) {
-            assert!(Instant::now() < deadline, "SIGTERM was not noticed");
+        while TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            assert!(Instant::now() < deadline, "still accepting after SIGTERM");
             actix_web::rt::time::sleep(Duration::from_millis(10)).await;
         }
-        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
-        port
+        let refused = !answered.load(Ordering::SeqCst);
+        (port, refused)
     };
-    let ((status, body), port) = tokio::join!(in_flight, terminate);
+    let ((status, body), (port, refused)) = tokio::join!(in_flight, terminate);
+    assert!(
+        refused,
+        "the listener closed only after the in-flight request was answered"
+    );
     assert_eq!(status, 201, "{body}");
     assert_eq!(
         serde_json::from_str::<Value>(&body).unwrap()["status"],
