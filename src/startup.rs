@@ -135,7 +135,7 @@ impl Application {
         self.server.handle()
     }
 
-    /// Serves until stopped (SIGTERM/SIGINT, or [`ServerHandle::stop`]): in-flight requests
+    /// Serves until stopped (SIGTERM, or [`ServerHandle::stop`]): in-flight requests
     /// finish first, then background tasks are told to stop and given a bounded time.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let served = self.server.await;

@@ -843,10 +843,11 @@ impl Drop for PgSchema {
     }
 }
 
-#[actix_web::test]
-async fn with_the_database_down_requests_answer_503_and_service_recovers_without_restart() {
-    // This test brings its own PostgreSQL schema behind a proxy it controls, whichever
-    // backend the rest of the suite runs on.
+/// An app whose PostgreSQL (a schema of its own) sits behind a [`Proxy`] the test controls,
+/// whichever backend the rest of the suite runs on. `None` (and a note) without PostgreSQL.
+async fn app_behind_proxy(
+    configure: impl FnOnce(&mut payments_api::config::Settings),
+) -> Option<(crate::helpers::TestApp, Proxy, PgSchema)> {
     let base_url = std::env::var("TEST_DATABASE_URL")
         .ok()
         .filter(|u| !u.is_empty())
@@ -855,14 +856,14 @@ async fn with_the_database_down_requests_answer_503_and_service_recovers_without
         Ok(conn) => conn,
         Err(e) => {
             eprintln!("SKIPPED database-down test: no PostgreSQL at {base_url} ({e})");
-            return;
+            return None;
         }
     };
     let schema = format!("test_dbdown_{}", uuid::Uuid::new_v4().simple());
     admin
         .batch_execute(&format!("CREATE SCHEMA {schema}"))
         .unwrap();
-    let _schema = PgSchema {
+    let pg_schema = PgSchema {
         base_url: base_url.clone(),
         schema: schema.clone(),
     };
@@ -872,8 +873,30 @@ async fn with_the_database_down_requests_answer_503_and_service_recovers_without
     let (_, proxied) = split_authority(&base_url, &format!("127.0.0.1:{}", proxy.port));
     let separator = if proxied.contains('?') { '&' } else { '?' };
     let proxied = format!("{proxied}{separator}options=-csearch_path%3D{schema}");
+    let app = spawn_app_with(move |s| {
+        s.database_url = proxied;
+        configure(s);
+    })
+    .await;
+    Some((app, proxy, pg_schema))
+}
 
-    let app = spawn_app_with(move |s| s.database_url = proxied).await;
+async fn wait_until_ready(app: &crate::helpers::TestApp) {
+    for _ in 0..120 {
+        let ready = app.request("GET", "/health/ready", &[], Vec::new()).await;
+        if ready.status == 200 {
+            return;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("the service did not recover");
+}
+
+#[actix_web::test]
+async fn with_the_database_down_requests_answer_503_and_service_recovers_without_restart() {
+    let Some((app, proxy, _schema)) = app_behind_proxy(|_| {}).await else {
+        return;
+    };
     let first = app.post_payment("db-down-1", &visa(300)).await;
     assert_eq!(first.status, 201, "{}", first.text());
     let id = first.json()["id"].as_str().unwrap().to_owned();
@@ -883,6 +906,12 @@ async fn with_the_database_down_requests_answer_503_and_service_recovers_without
             .status,
         200
     );
+
+    // What bounds the wait and makes recovery possible: a short checkout timeout, and a
+    // check on checkout that throws broken connections away.
+    let pool = app.state.db.pool();
+    assert!(pool.connection_timeout() <= Duration::from_secs(5));
+    assert!(pool.test_on_check_out());
 
     proxy.cut();
     let checks = [
@@ -918,25 +947,56 @@ async fn with_the_database_down_requests_answer_503_and_service_recovers_without
     );
 
     proxy.restore();
-    let mut ready = false;
-    for _ in 0..60 {
-        if app
-            .request("GET", "/health/ready", &[], Vec::new())
-            .await
-            .status
-            == 200
-        {
-            ready = true;
-            break;
-        }
-        actix_web::rt::time::sleep(Duration::from_millis(250)).await;
-    }
-    assert!(ready, "the service did not recover");
+    wait_until_ready(&app).await;
     let fetched = app.get(&format!("/v1/payments/{id}")).await;
     assert_eq!(fetched.status, 200, "{}", fetched.text());
     let again = app.post_payment("db-down-3", &visa(302)).await;
     assert_eq!(again.status, 201, "{}", again.text());
     assert_eq!(app.charges(), 2);
+}
+
+#[actix_web::test]
+async fn a_database_outage_during_a_payment_answers_503_and_a_retry_charges_once() {
+    let Some((app, proxy, _schema)) = app_behind_proxy(|s| {
+        s.provider_latency = Duration::from_millis(1000);
+        s.processing_lease = Duration::from_millis(500);
+    })
+    .await
+    else {
+        return;
+    };
+    // Warm the API key cache, so only the payment's own writes meet the outage.
+    assert_eq!(app.get("/v1/payments").await.status, 200);
+    let body = visa(450);
+    let (during, ()) = tokio::join!(app.post_payment("outage-1", &body), async {
+        // The claim is committed and the provider call is under way; then the database goes.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while app.simulator.charge_calls() == 0 && app.payment_rows().await == 0 {
+            assert!(Instant::now() < deadline, "the payment never started");
+            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        proxy.cut();
+    });
+    // The provider charged, but the outcome could not be stored: not a 500, not a hang.
+    during.assert_problem(503, "service_unavailable");
+    assert!(during.header("retry-after").is_some());
+
+    proxy.restore();
+    wait_until_ready(&app).await;
+    // The retry takes the abandoned payment over (its lease has run out) and asks the
+    // provider again with the same idempotency key: the customer is charged once.
+    let mut retry = app.post_payment("outage-1", &body).await;
+    for _ in 0..40 {
+        if retry.status != 409 {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(250)).await;
+        retry = app.post_payment("outage-1", &body).await;
+    }
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(retry.json()["status"], "succeeded");
+    assert_eq!(app.charges(), 1, "the outage made the customer pay twice");
+    assert_eq!(app.payment_rows().await, 1);
 }
 
 #[test]
