@@ -1,10 +1,10 @@
 //! The OpenAPI 3 document, generated from the code: the operations come from the
 //! `#[utoipa::path]` of each handler in [`crate::routes::ROUTES`] (the same table the server
 //! is configured from), the schemas from `#[derive(ToSchema)]` on the request and response
-//! types. Served at `GET /openapi.json`, rendered at `GET /docs`.
+//! types those operations name (collected from the operations, no list to keep). Served at `GET /openapi.json`, rendered at `GET /docs`.
 
 use utoipa::openapi::header::HeaderBuilder;
-use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn, PathsBuilder};
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, ObjectBuilder, RefOr, Required, ResponseBuilder, Type};
 use utoipa::{IntoParams, Modify, OpenApi};
@@ -19,13 +19,6 @@ use crate::routes::ROUTES;
             causes at most one charge. Money is in integer minor units; errors are RFC 9457 \
             problem details with a stable `code`; every response carries `X-Request-Id`.",
     ),
-    components(schemas(
-        crate::payments::NewPayment,
-        crate::payments::view::PaymentObject,
-        crate::payments::view::PaymentList,
-        crate::payments::PaymentStatus,
-        crate::error::Problem,
-    )),
     modifiers(&CommonParts),
     tags(
         (name = "payments", description = "Create and read payments"),
@@ -37,12 +30,33 @@ struct ApiDoc;
 /// The whole document: the declared parts above plus one operation per served route.
 pub fn document() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
-    let paths = ROUTES
-        .iter()
-        .fold(PathsBuilder::new(), |paths, route| (route.doc)(paths));
-    doc.paths = paths.build();
+    for route in ROUTES {
+        (route.doc)(&mut doc);
+    }
     CommonParts.modify(&mut doc);
     doc
+}
+
+/// Adds the operation of a `#[utoipa::path]` handler (its generated `__path_<fn>` type) to
+/// `doc`, with its tags and the schemas it refers to, as `#[openapi(paths(..))]` would.
+/// Used as `doc: openapi::operation::<payments::__path_create>` in [`ROUTES`].
+pub fn operation<P>(doc: &mut utoipa::openapi::OpenApi)
+where
+    P: utoipa::Path + utoipa::__dev::SchemaReferences + for<'t> utoipa::__dev::Tags<'t>,
+{
+    let mut operation = P::operation();
+    let tags = P::tags();
+    if !tags.is_empty() {
+        operation.tags = Some(tags.into_iter().map(str::to_owned).collect());
+    }
+    doc.paths
+        .add_path_operation(P::path(), P::methods(), operation);
+    let mut schemas = Vec::new();
+    P::schemas(&mut schemas);
+    let components = doc.components.get_or_insert_with(Default::default);
+    for (name, schema) in schemas {
+        components.schemas.entry(name).or_insert(schema);
+    }
 }
 
 /// The `Idempotency-Key` request header, for `params(...)` of the POSTs that require it.

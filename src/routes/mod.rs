@@ -7,9 +7,9 @@ pub mod payments;
 
 use actix_web::http::Method;
 use actix_web::{HttpResponse, web};
-use utoipa::openapi::path::PathsBuilder;
 
 use crate::error::ApiError;
+use crate::openapi::operation;
 
 /// One route the service serves: what `configure` registers and what the OpenAPI document
 /// describes, from the same line, so a route cannot be served undocumented.
@@ -18,8 +18,8 @@ pub struct Route {
     /// The actix path template; the OpenAPI path of `doc` must be the same string.
     pub path: &'static str,
     handler: fn() -> actix_web::Route,
-    /// Adds the handler's `#[utoipa::path]` operation to the document.
-    pub doc: fn(PathsBuilder) -> PathsBuilder,
+    /// Adds the handler's `#[utoipa::path]` operation to the OpenAPI document.
+    pub doc: fn(&mut utoipa::openapi::OpenApi),
 }
 
 /// Every route, in registration order. Add a route with one line here (its handler carries
@@ -29,49 +29,49 @@ pub const ROUTES: &[Route] = &[
         method: Method::POST,
         path: "/v1/payments",
         handler: || web::to(payments::create),
-        doc: PathsBuilder::path_from::<payments::__path_create>,
+        doc: operation::<payments::__path_create>,
     },
     Route {
         method: Method::GET,
         path: "/v1/payments",
         handler: || web::to(payments::list),
-        doc: PathsBuilder::path_from::<payments::__path_list>,
+        doc: operation::<payments::__path_list>,
     },
     Route {
         method: Method::GET,
         path: "/v1/payments/{id}",
         handler: || web::to(payments::get),
-        doc: PathsBuilder::path_from::<payments::__path_get>,
+        doc: operation::<payments::__path_get>,
     },
     Route {
         method: Method::GET,
         path: "/health/live",
         handler: || web::to(health::live),
-        doc: PathsBuilder::path_from::<health::__path_live>,
+        doc: operation::<health::__path_live>,
     },
     Route {
         method: Method::GET,
         path: "/health/ready",
         handler: || web::to(health::ready),
-        doc: PathsBuilder::path_from::<health::__path_ready>,
+        doc: operation::<health::__path_ready>,
     },
     Route {
         method: Method::GET,
         path: "/metrics",
         handler: || web::to(ops::metrics),
-        doc: PathsBuilder::path_from::<ops::__path_metrics>,
+        doc: operation::<ops::__path_metrics>,
     },
     Route {
         method: Method::GET,
         path: "/openapi.json",
         handler: || web::to(ops::openapi_json),
-        doc: PathsBuilder::path_from::<ops::__path_openapi_json>,
+        doc: operation::<ops::__path_openapi_json>,
     },
     Route {
         method: Method::GET,
         path: "/docs",
         handler: || web::to(ops::docs),
-        doc: PathsBuilder::path_from::<ops::__path_docs>,
+        doc: operation::<ops::__path_docs>,
     },
 ];
 

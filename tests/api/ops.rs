@@ -187,6 +187,12 @@ async fn the_openapi_document_describes_every_route_the_service_serves() {
             route.method,
             route.path
         );
+        assert!(
+            operation["tags"][0].is_string(),
+            "{} {} has no tag",
+            route.method,
+            route.path
+        );
         let responses = operation["responses"].as_object().expect("responses");
         assert!(!responses.is_empty(), "{} {}", route.method, route.path);
         for (status, response) in responses {
@@ -269,6 +275,18 @@ async fn the_openapi_document_describes_every_route_the_service_serves() {
         doc["components"]["securitySchemes"]["api_key"]["scheme"],
         "bearer"
     );
+    for schema in [
+        "CreatePaymentRequest",
+        "Payment",
+        "PaymentList",
+        "PaymentStatus",
+        "Problem",
+    ] {
+        assert!(
+            doc["components"]["schemas"][schema].is_object(),
+            "{schema} missing"
+        );
+    }
     let payment = &doc["components"]["schemas"]["Payment"]["properties"];
     for field in [
         "id",
