@@ -5,7 +5,7 @@ use std::sync::{Arc, RwLock};
 
 use actix_web::dev::Payload;
 use actix_web::http::header;
-use actix_web::{FromRequest, HttpRequest, web};
+use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use futures_util::future::LocalBoxFuture;
 
 pub use crate::db::merchants::Merchant;
@@ -37,6 +37,10 @@ impl ApiKeyCache {
     }
 }
 
+/// The authenticated merchant's id, left in the request's extensions for the request log.
+#[derive(Clone, Debug)]
+pub struct MerchantId(pub String);
+
 /// Extractor: the request's merchant, or 401.
 pub struct Authenticated(pub Merchant);
 
@@ -54,11 +58,13 @@ impl FromRequest for Authenticated {
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let state = req.app_data::<web::Data<AppState>>().cloned();
         let token = bearer_token(req);
+        let req = req.clone();
         Box::pin(async move {
             let state = state.ok_or_else(|| ApiError::internal("application state missing"))?;
             let token = token.ok_or(ApiError::Unauthorized)?;
             let key_hash = hash_api_key(&token);
             if let Some(merchant) = state.api_keys.get(&key_hash) {
+                req.extensions_mut().insert(MerchantId(merchant.id.clone()));
                 return Ok(Self(merchant));
             }
             let lookup = key_hash.clone();
@@ -68,6 +74,7 @@ impl FromRequest for Authenticated {
                 .await?
                 .ok_or(ApiError::Unauthorized)?;
             state.api_keys.insert(key_hash, merchant.clone());
+            req.extensions_mut().insert(MerchantId(merchant.id.clone()));
             Ok(Self(merchant))
         })
     }

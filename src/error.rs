@@ -46,14 +46,24 @@ pub enum ApiError {
     Internal(String),
 }
 
-#[derive(Serialize)]
-struct Problem<'a> {
+/// An RFC 9457 problem details body, as every error is answered.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"type": "https://payments-api.dev/problems/invalid_request",
+    "title": "Invalid request", "status": 400, "detail": "`amount` is required",
+    "code": "invalid_request", "param": "amount"}))]
+pub struct Problem<'a> {
+    /// A URI naming the problem type.
     #[serde(rename = "type")]
     kind: String,
     title: &'a str,
     status: u16,
     detail: String,
+    /// Stable, machine-readable: `invalid_request`, `idempotency_key_missing`,
+    /// `idempotency_key_invalid`, `unauthorized`, `not_found`, `idempotency_key_in_use`,
+    /// `idempotency_key_reused`, `payload_too_large`, `unsupported_media_type`,
+    /// `service_unavailable`, `internal_error`, …
     code: &'a str,
+    /// The request field at fault, where one is.
     #[serde(skip_serializing_if = "Option::is_none")]
     param: Option<&'a str>,
 }

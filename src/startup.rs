@@ -17,6 +17,7 @@ use crate::provider::{
     HttpProvider, InProcessProvider, PaymentProvider, RetryPolicy, Simulator, WebhookDelivery,
 };
 use crate::routes;
+use crate::shutdown::{Shutdown, WORKER_GRACE};
 use crate::webhooks::{self, WebhookSecret};
 
 /// Shared by every worker and background task.
@@ -27,6 +28,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub inflight: InFlight,
     pub api_keys: ApiKeyCache,
+    /// Background tasks spawn through this and stop when it fires (see [`Shutdown`]).
+    pub shutdown: Shutdown,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,6 +109,8 @@ impl Application {
                 (Arc::new(in_process), Some(simulator))
             }
         };
+        let provider: Arc<dyn PaymentProvider> =
+            Arc::new(crate::metrics::MeteredProvider::new(provider));
 
         let state = AppState {
             db,
@@ -113,10 +118,17 @@ impl Application {
             settings: Arc::new(settings),
             inflight: InFlight::default(),
             api_keys: ApiKeyCache::default(),
+            shutdown: Shutdown::default(),
         };
         let server = run(listener, state.clone())?;
-        actix_web::rt::spawn(crate::payments::recovery::run(state.clone()));
-        webhooks::spawn_retention_task(state.db.clone());
+        {
+            let state = state.clone();
+            let workers = state.shutdown.clone();
+            workers.spawn("recovery", |stop| {
+                crate::payments::recovery::run(state, stop)
+            });
+        }
+        webhooks::spawn_retention_task(&state);
         Ok(Self {
             port,
             server,
@@ -142,8 +154,13 @@ impl Application {
         self.server.handle()
     }
 
+    /// Serves until stopped (SIGTERM, or [`ServerHandle::stop`]): in-flight requests
+    /// finish first, then background tasks are told to stop and given a bounded time.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+        let served = self.server.await;
+        tracing::info!("HTTP server stopped; stopping background tasks");
+        self.state.shutdown.stop_workers(WORKER_GRACE).await;
+        served
     }
 }
 
@@ -229,12 +246,20 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
                         .request()
                         .match_pattern()
                         .unwrap_or_else(|| "unmatched".into());
+                    let merchant = res
+                        .request()
+                        .extensions()
+                        .get::<crate::auth::MerchantId>()
+                        .map(|m| m.0.clone());
+                    let elapsed = started.elapsed();
+                    crate::metrics::http_request(&method, &route, res.status().as_u16(), elapsed);
                     tracing::info!(
                         %request_id,
                         %method,
                         route,
+                        merchant,
                         status = res.status().as_u16(),
-                        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+                        latency_ms = elapsed.as_secs_f64() * 1000.0,
                         "request"
                     );
                     Ok::<_, actix_web::Error>(res.map_body(|_, b| b.boxed()))

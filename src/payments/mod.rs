@@ -21,6 +21,7 @@ use crate::db::payments::{self as rows, ListFilter, PaymentRow};
 use crate::domain::{IdempotencyKey, PaymentId, Timestamp, new_lease_token, now};
 use crate::error::ApiError;
 use crate::idempotency::{self, Answer, Followed, IdempotentRecord};
+use crate::metrics::{self, IdempotencyOutcome};
 use crate::provider::{Charge, ChargeRequest, ProviderStatus};
 use crate::startup::AppState;
 
@@ -69,6 +70,7 @@ pub async fn create_payment(
     match inserted {
         Ok(()) => {
             tracing::info!(payment_id = %claim.id, "payment claimed");
+            metrics::idempotency("payment", IdempotencyOutcome::Created);
             return drive_detached(state, claim, token).await;
         }
         Err(DbError::UniqueViolation(_)) => {}
@@ -82,6 +84,7 @@ pub async fn create_payment(
         .await?
         .ok_or_else(|| ApiError::internal("idempotency key conflict without a stored payment"))?;
     if existing.request_fingerprint != claim.request_fingerprint {
+        metrics::idempotency("payment", IdempotencyOutcome::Reused);
         return Err(ApiError::IdempotencyKeyReused);
     }
     follow(state, existing).await
@@ -115,10 +118,20 @@ async fn follow(state: &AppState, row: PaymentRow) -> Result<Answer, ApiError> {
             }
         },
     )
-    .await?;
+    .await;
     match followed {
-        Followed::Answer(answer) => Ok(answer),
-        Followed::TakenOver(row, token) => drive_detached(state, row, token).await,
+        Ok(Followed::Answer(answer)) => {
+            if answer.replayed {
+                metrics::idempotency("payment", IdempotencyOutcome::Replayed);
+            }
+            Ok(answer)
+        }
+        Ok(Followed::TakenOver(row, token)) => drive_detached(state, row, token).await,
+        Err(e @ ApiError::IdempotencyKeyInUse { .. }) => {
+            metrics::idempotency("payment", IdempotencyOutcome::InUse);
+            Err(e)
+        }
+        Err(e) => Err(e),
     }
 }
 

@@ -13,15 +13,20 @@ use crate::db::payments as rows;
 use crate::db::refunds as refund_rows;
 use crate::domain::{new_lease_token, now};
 use crate::error::ApiError;
+use crate::metrics;
+use crate::shutdown::Shutdown;
 use crate::startup::AppState;
 
 /// Payments taken over per pass; the rest wait for the next tick.
 const BATCH: i64 = 20;
 
-pub async fn run(state: AppState) {
+pub async fn run(state: AppState, stop: Shutdown) {
     let mut ticks = actix_web::rt::time::interval(state.settings.recovery_interval);
     loop {
-        ticks.tick().await;
+        tokio::select! {
+            _ = stop.requested() => break,
+            _ = ticks.tick() => {}
+        }
         match recover_abandoned(&state).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(resumed = n, "recovery pass"),
@@ -50,6 +55,7 @@ async fn recover_refunds(state: &AppState) -> Result<usize, ApiError> {
         match crate::refunds::resume(state, row).await {
             Ok(Some(_)) => {
                 tracing::info!(refund_id = %id, "recovery: resumed abandoned refund");
+                metrics::recovery("refund_resumed");
                 count += 1;
             }
             Ok(None) => {}
@@ -86,7 +92,10 @@ async fn recover_payments(state: &AppState) -> Result<usize, ApiError> {
     let mut count = 0;
     for outcome in resumed {
         match outcome {
-            Ok(true) => count += 1,
+            Ok(true) => {
+                metrics::recovery("payment_resumed");
+                count += 1;
+            }
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "recovery: resuming a payment failed"),
         }

@@ -14,13 +14,25 @@ pub const MAX_METADATA_KEYS: usize = 50;
 pub const MAX_METADATA_KEY_LEN: usize = 40;
 pub const MAX_METADATA_VALUE_LEN: usize = 500;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Unknown fields are refused (400 `invalid_request` naming the field).
+#[derive(Debug, Clone, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(as = CreatePaymentRequest)]
 pub struct NewPayment {
+    /// Minor units, 1 to 99 999 999.
+    #[schema(value_type = i64, minimum = 1, maximum = 99_999_999, example = 2000)]
     pub amount: Amount,
+    /// ISO 4217 code, any case.
+    #[schema(value_type = String, example = "usd")]
     pub currency: Currency,
+    /// A test token: `pm_card_visa`, `pm_card_declined`, `pm_card_async`, …
+    #[schema(max_length = 255, example = "pm_card_visa")]
     pub payment_method: String,
+    #[schema(max_length = 255)]
     pub customer_id: Option<String>,
+    #[schema(max_length = 1000)]
     pub description: Option<String>,
+    /// At most 50 keys of at most 40 characters; string values of at most 500 characters.
+    #[schema(value_type = Option<std::collections::HashMap<String, String>>)]
     pub metadata: BTreeMap<String, String>,
 }
 

@@ -6,7 +6,8 @@ use crate::db::payments::PaymentRow;
 use crate::domain::format_timestamp;
 use crate::error::ApiError;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
 pub enum PaymentStatus {
     Processing,
     Succeeded,
@@ -32,22 +33,35 @@ impl PaymentStatus {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Payment)]
 pub struct PaymentObject<'a> {
+    #[schema(example = "pay_0193f0c2a9b87c3e8e1f6a2b3c4d5e6f")]
     id: &'a str,
+    #[schema(example = "payment")]
     object: &'static str,
+    /// Minor units (cents).
+    #[schema(example = 2000)]
     amount: i64,
+    /// ISO 4217, lower case.
+    #[schema(example = "usd")]
     currency: &'a str,
+    #[schema(value_type = PaymentStatus)]
     status: &'a str,
+    #[schema(example = "pm_card_visa")]
     payment_method: &'a str,
     customer_id: Option<&'a str>,
     description: Option<&'a str>,
+    #[schema(value_type = std::collections::HashMap<String, String>)]
     metadata: serde_json::Value,
     amount_refunded: i64,
     provider_charge_id: Option<&'a str>,
     failure_code: Option<&'a str>,
     failure_message: Option<&'a str>,
+    /// RFC 3339, UTC.
+    #[schema(format = DateTime)]
     created_at: String,
+    #[schema(format = DateTime)]
     updated_at: String,
 }
 
@@ -81,19 +95,22 @@ pub fn render(row: &PaymentRow) -> Result<String, ApiError> {
     serde_json::to_string(&PaymentObject::from_row(row)?).map_err(ApiError::internal)
 }
 
+/// A page of payments, newest first.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct PaymentList<'a> {
+    #[schema(example = "list")]
+    object: &'static str,
+    data: Vec<PaymentObject<'a>>,
+    has_more: bool,
+}
+
 /// A page of payments: `{"object": "list", "data": [...], "has_more": …}`.
 pub fn render_list(rows: &[PaymentRow], has_more: bool) -> Result<String, ApiError> {
-    #[derive(Serialize)]
-    struct List<'a> {
-        object: &'static str,
-        data: Vec<PaymentObject<'a>>,
-        has_more: bool,
-    }
     let data = rows
         .iter()
         .map(PaymentObject::from_row)
         .collect::<Result<_, _>>()?;
-    serde_json::to_string(&List {
+    serde_json::to_string(&PaymentList {
         object: "list",
         data,
         has_more,

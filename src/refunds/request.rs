@@ -9,7 +9,8 @@ use crate::error::ApiError;
 use crate::payments::request::hex;
 use crate::routes::input::JsonObject;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
 pub enum RefundReason {
     RequestedByCustomer,
     Duplicate,
@@ -35,9 +36,11 @@ impl RefundReason {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(as = CreateRefundRequest)]
 pub struct NewRefund {
-    /// `None`: whatever is left to refund when the request is claimed.
+    /// Minor units; absent: whatever is left to refund when the request is claimed.
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 99_999_999, example = 500)]
     pub amount: Option<Amount>,
     pub reason: Option<RefundReason>,
 }

@@ -5,19 +5,49 @@ use serde::Serialize;
 use crate::db::refunds::RefundRow;
 use crate::domain::format_timestamp;
 
-#[derive(Serialize)]
+/// `pending` until the provider's outcome is known; then `succeeded` or `failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum RefundStatus {
+    Pending,
+    Succeeded,
+    Failed,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Refund)]
 pub struct RefundObject<'a> {
+    #[schema(example = "re_0193f0c2a9b87c3e8e1f6a2b3c4d5e6f")]
     id: &'a str,
+    #[schema(example = "refund")]
     object: &'static str,
+    #[schema(example = "pay_0193f0c2a9b87c3e8e1f6a2b3c4d5e6f")]
     payment_id: &'a str,
+    /// Minor units (cents).
+    #[schema(example = 500)]
     amount: i64,
+    #[schema(example = "usd")]
     currency: &'a str,
+    #[schema(value_type = RefundStatus)]
     status: &'a str,
+    #[schema(value_type = Option<crate::refunds::request::RefundReason>)]
     reason: Option<&'a str>,
     provider_refund_id: Option<&'a str>,
     failure_code: Option<&'a str>,
+    /// RFC 3339, UTC.
+    #[schema(format = DateTime)]
     created_at: String,
+    #[schema(format = DateTime)]
     updated_at: String,
+}
+
+/// A page of refunds, newest first.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct RefundList<'a> {
+    #[schema(example = "list")]
+    object: &'static str,
+    data: Vec<RefundObject<'a>>,
+    has_more: bool,
 }
 
 impl<'a> RefundObject<'a> {
@@ -45,13 +75,7 @@ pub fn render(row: &RefundRow) -> serde_json::Result<String> {
 
 /// A page of refunds: `{"object": "list", "data": [...], "has_more": …}`.
 pub fn render_list(rows: &[RefundRow], has_more: bool) -> serde_json::Result<String> {
-    #[derive(Serialize)]
-    struct List<'a> {
-        object: &'static str,
-        data: Vec<RefundObject<'a>>,
-        has_more: bool,
-    }
-    serde_json::to_string(&List {
+    serde_json::to_string(&RefundList {
         object: "list",
         data: rows.iter().map(RefundObject::from_row).collect(),
         has_more,

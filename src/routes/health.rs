@@ -1,22 +1,54 @@
+use std::time::Duration;
+
 use actix_web::{HttpResponse, web};
 use diesel::connection::SimpleConnection;
 
 use crate::error::ApiError;
 use crate::startup::AppState;
 
+/// Readiness answers within this, whatever the database does (a load balancer's probe
+/// timeout is typically a few seconds).
+const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The process is running.
+#[utoipa::path(
+    get,
+    path = "/health/live",
+    tag = "operations",
+    security(()),
+    responses((status = 200, description = "Alive", body = Object, example = json!({"status": "ok"}))),
+)]
 pub async fn live() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({"status": "ok"}))
 }
 
-/// 200 when the database answers, else 503.
+/// 200 when the database answers within 2 s, else 503.
+#[utoipa::path(
+    get,
+    path = "/health/ready",
+    tag = "operations",
+    security(()),
+    responses(
+        (status = 200, description = "Ready: the database answered", body = Object, example = json!({"status": "ready"})),
+        (status = 503, description = "`service_unavailable`: the database did not answer in time",
+            body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
 pub async fn ready(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    state
-        .db
-        .run(|conn| conn.batch_execute("SELECT 1"))
-        .await
-        .map_err(|e| {
+    let check = state.db.run(|conn| conn.batch_execute("SELECT 1"));
+    match actix_web::rt::time::timeout(READY_TIMEOUT, check).await {
+        Ok(Ok(())) => Ok(HttpResponse::Ok().json(serde_json::json!({"status": "ready"}))),
+        Ok(Err(e)) => {
             tracing::warn!(error = %e, "readiness check failed");
-            ApiError::ServiceUnavailable
-        })?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({"status": "ready"})))
+            Err(ApiError::ServiceUnavailable)
+        }
+        Err(_) => {
+            tracing::warn!(
+                timeout_ms = READY_TIMEOUT.as_millis() as u64,
+                "readiness check timed out"
+            );
+            Err(ApiError::ServiceUnavailable)
+        }
+    }
 }

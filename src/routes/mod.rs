@@ -2,47 +2,116 @@
 
 pub mod health;
 pub mod input;
+pub mod ops;
 pub mod payments;
 pub mod refunds;
 pub mod webhooks;
 
+use actix_web::http::Method;
 use actix_web::{HttpResponse, web};
 
 use crate::error::ApiError;
+use crate::openapi::operation;
+
+/// One route the service serves: what `configure` registers and what the OpenAPI document
+/// describes, from the same line, so a route cannot be served undocumented.
+pub struct Route {
+    pub method: Method,
+    /// The actix path template; the OpenAPI path of `doc` must be the same string.
+    pub path: &'static str,
+    handler: fn() -> actix_web::Route,
+    /// Adds the handler's `#[utoipa::path]` operation to the OpenAPI document.
+    pub doc: fn(&mut utoipa::openapi::OpenApi),
+}
+
+/// Every route, in registration order. Add a route with one line here (its handler carries
+/// `#[utoipa::path]`); the `ops` integration test checks the document against this table.
+pub const ROUTES: &[Route] = &[
+    Route {
+        method: Method::POST,
+        path: "/v1/payments",
+        handler: || web::to(payments::create),
+        doc: operation::<payments::__path_create>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/payments",
+        handler: || web::to(payments::list),
+        doc: operation::<payments::__path_list>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/payments/{id}",
+        handler: || web::to(payments::get),
+        doc: operation::<payments::__path_get>,
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/payments/{id}/refunds",
+        handler: || web::to(refunds::create),
+        doc: operation::<refunds::__path_create>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/payments/{id}/refunds",
+        handler: || web::to(refunds::list),
+        doc: operation::<refunds::__path_list>,
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/webhooks/provider",
+        handler: || web::to(webhooks::provider),
+        doc: operation::<webhooks::__path_provider>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/health/live",
+        handler: || web::to(health::live),
+        doc: operation::<health::__path_live>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/health/ready",
+        handler: || web::to(health::ready),
+        doc: operation::<health::__path_ready>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/metrics",
+        handler: || web::to(ops::metrics),
+        doc: operation::<ops::__path_metrics>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/openapi.json",
+        handler: || web::to(ops::openapi_json),
+        doc: operation::<ops::__path_openapi_json>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/docs",
+        handler: || web::to(ops::docs),
+        doc: operation::<ops::__path_docs>,
+    },
+];
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/v1/payments")
-            .route(web::post().to(payments::create))
-            .route(web::get().to(payments::list))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/v1/payments/{id}")
-            .route(web::get().to(payments::get))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/v1/payments/{id}/refunds")
-            .route(web::post().to(refunds::create))
-            .route(web::get().to(refunds::list))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/v1/webhooks/provider")
-            .route(web::post().to(webhooks::provider))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/health/live")
-            .route(web::get().to(health::live))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/health/ready")
-            .route(web::get().to(health::ready))
-            .default_service(web::to(method_not_allowed)),
-    );
+    // One resource per path, holding every method of that path; another method is a 405.
+    let mut paths: Vec<&'static str> = Vec::new();
+    for route in ROUTES {
+        if !paths.contains(&route.path) {
+            paths.push(route.path);
+        }
+    }
+    for path in paths {
+        let mut resource = web::resource(path);
+        for route in ROUTES.iter().filter(|r| r.path == path) {
+            resource = resource.route((route.handler)().method(route.method.clone()));
+        }
+        cfg.service(resource.default_service(web::to(method_not_allowed)));
+    }
+    // The docs page's own files (HTML, JS, CSS, embedded in the binary).
+    cfg.service(ops::swagger_ui());
 }
 
 pub async fn not_found() -> Result<HttpResponse, ApiError> {

@@ -8,6 +8,33 @@ use crate::error::ApiError;
 use crate::payments::{self, NewPayment, PaymentStatus};
 use crate::startup::AppState;
 
+/// Create a payment: charges at most once per `Idempotency-Key`, however often it is sent.
+#[utoipa::path(
+    post,
+    path = "/v1/payments",
+    tag = "payments",
+    security(("api_key" = [])),
+    params(crate::openapi::IdempotencyKeyHeader),
+    request_body(content = NewPayment, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Final: `succeeded`, or `failed` for a decline (a decline is a created payment)",
+            body = crate::payments::view::PaymentObject,
+            headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
+        (status = 202, description = "Outcome not known yet: the payment is `processing`; retry with the same key",
+            body = crate::payments::view::PaymentObject),
+        (status = 400, description = "`invalid_request`, `idempotency_key_missing` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`idempotency_key_in_use`: the first request with this key is still running",
+            body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        (status = 413, description = "`payload_too_large`: body over 64 KiB", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported_media_type`: body is not `application/json`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`idempotency_key_reused`: the key was used with a different request", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`: the database cannot be reached",
+            body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
 pub async fn create(
     state: web::Data<AppState>,
     Authenticated(merchant): Authenticated,
@@ -21,6 +48,21 @@ pub async fn create(
     Ok(answer.into_response())
 }
 
+/// A payment as it is now.
+#[utoipa::path(
+    get,
+    path = "/v1/payments/{id}",
+    tag = "payments",
+    security(("api_key" = [])),
+    params(("id" = String, Path, description = "Payment id (`pay_…`)")),
+    responses(
+        (status = 200, description = "The payment", body = crate::payments::view::PaymentObject),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: no such payment for this merchant", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
 pub async fn get(
     state: web::Data<AppState>,
     Authenticated(merchant): Authenticated,
@@ -30,6 +72,26 @@ pub async fn get(
     Ok(json(body))
 }
 
+/// Payments, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/payments",
+    tag = "payments",
+    security(("api_key" = [])),
+    params(
+        ("limit" = Option<i64>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 10)"),
+        ("starting_after" = Option<String>, Query, description = "A payment id: the page starts after it"),
+        ("status" = Option<PaymentStatus>, Query, description = "Only payments in this status"),
+        ("customer_id" = Option<String>, Query, description = "Only this customer's payments"),
+    ),
+    responses(
+        (status = 200, description = "A page of payments", body = crate::payments::view::PaymentList),
+        (status = 400, description = "`invalid_request` (`param` names the query parameter)", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
 pub async fn list(
     state: web::Data<AppState>,
     Authenticated(merchant): Authenticated,

@@ -7,6 +7,31 @@ use crate::error::ApiError;
 use crate::refunds::{self, NewRefund};
 use crate::startup::AppState;
 
+/// Refund a succeeded payment, in full or in part; at most once per `Idempotency-Key`.
+#[utoipa::path(
+    post,
+    path = "/v1/payments/{id}/refunds",
+    tag = "refunds",
+    security(("api_key" = [])),
+    params(("id" = String, Path, description = "Payment id (`pay_…`)"), crate::openapi::IdempotencyKeyHeader),
+    request_body(content = NewRefund, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Final: `succeeded`, or `failed`", body = crate::refunds::view::RefundObject,
+            headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
+        (status = 202, description = "Outcome not known yet: the refund is `pending` (its amount stays reserved); retry with the same key",
+            body = crate::refunds::view::RefundObject),
+        (status = 400, description = "`invalid_request`, `idempotency_key_missing` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: no such payment for this merchant", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`payment_not_refundable` (not succeeded, or nothing left), or `idempotency_key_in_use` (with `Retry-After`)", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying (idempotency_key_in_use)"))),
+        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`amount_exceeds_refundable` or `idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
 pub async fn create(
     state: web::Data<AppState>,
     Authenticated(merchant): Authenticated,
@@ -21,6 +46,26 @@ pub async fn create(
     Ok(answer.into_response())
 }
 
+/// The payment's refunds, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/payments/{id}/refunds",
+    tag = "refunds",
+    security(("api_key" = [])),
+    params(
+        ("id" = String, Path, description = "Payment id (`pay_…`)"),
+        ("limit" = Option<i64>, Query, description = "1 to 100, default 10"),
+        ("starting_after" = Option<String>, Query, description = "A refund id: the page after it"),
+    ),
+    responses(
+        (status = 200, description = "A page of refunds", body = crate::refunds::view::RefundList),
+        (status = 400, description = "`invalid_request`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
 pub async fn list(
     state: web::Data<AppState>,
     Authenticated(merchant): Authenticated,

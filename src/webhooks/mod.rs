@@ -374,18 +374,25 @@ pub async fn prune_expired_events(db: &Db, now: Timestamp) -> Result<usize, DbEr
 }
 
 /// The retention task: prunes shortly after start, then every [`PRUNE_INTERVAL`].
-pub fn spawn_retention_task(db: Db) {
-    actix_web::rt::spawn(async move {
-        actix_web::rt::time::sleep(PRUNE_FIRST_DELAY).await;
-        loop {
-            match prune_expired_events(&db, now()).await {
-                Ok(0) => {}
-                Ok(deleted) => tracing::info!(deleted, "expired webhook event ids pruned"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "pruning webhook event ids failed; will retry")
+pub fn spawn_retention_task(state: &AppState) {
+    let db = state.db.clone();
+    state
+        .shutdown
+        .spawn("webhook-retention", |stop| async move {
+            let mut wait = PRUNE_FIRST_DELAY;
+            loop {
+                tokio::select! {
+                    _ = stop.requested() => break,
+                    _ = actix_web::rt::time::sleep(wait) => {}
+                }
+                wait = PRUNE_INTERVAL;
+                match prune_expired_events(&db, now()).await {
+                    Ok(0) => {}
+                    Ok(deleted) => tracing::info!(deleted, "expired webhook event ids pruned"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "pruning webhook event ids failed; will retry")
+                    }
                 }
             }
-            actix_web::rt::time::sleep(PRUNE_INTERVAL).await;
-        }
-    });
+        });
 }

@@ -69,13 +69,14 @@ impl TestResponse {
     }
 }
 
+/// A database of a test's own: a fresh SQLite file, or a fresh PostgreSQL schema.
 pub enum TestDatabase {
     Sqlite(std::path::PathBuf),
     Postgres { base_url: String, schema: String },
 }
 
 impl TestDatabase {
-    /// A database of its own and its URL.
+    /// The database and its URL.
     pub fn create() -> (Self, String) {
         let unique = uuid::Uuid::new_v4().simple().to_string();
         match std::env::var("TEST_DATABASE_URL")
@@ -420,6 +421,7 @@ impl Drop for TestApp {
     fn drop(&mut self) {
         // Stop accepting before the database goes away with `self.database`.
         drop(self.handle.stop(false));
+        self.state.shutdown.trigger();
     }
 }
 

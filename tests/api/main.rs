@@ -3,6 +3,7 @@
 
 mod helpers;
 mod idempotency;
+mod ops;
 mod payments;
 mod recovery;
 mod refunds;

@@ -1,0 +1,362 @@
+//! Prometheus metrics, served at `GET /metrics` (unauthenticated, like the health checks:
+//! it holds counts and latencies, never ids, keys or amounts).
+//!
+//! Every label value comes from a fixed set (a route *template*, an outcome enum, a
+//! `&'static str`), never from request data, so the number of series stays bounded.
+//! The helpers are free functions so any flow can count without reaching for the state:
+//! `metrics::idempotency("payment", IdempotencyOutcome::Created)`,
+//! `metrics::webhook(WebhookOutcome::Duplicate)`, `metrics::recovery("resumed")`.
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use actix_web::http::Method;
+use futures_util::future::LocalBoxFuture;
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
+
+use crate::provider::{
+    Charge, ChargeRequest, OutcomeUnknown, PaymentProvider, ProviderRefund, ProviderStatus,
+    RefundRequest,
+};
+
+/// Seconds; from a fast in-process simulator up to the provider timeout and its retries.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+struct Metrics {
+    registry: Registry,
+    http_requests: IntCounterVec,
+    http_duration: HistogramVec,
+    idempotency: IntCounterVec,
+    provider_calls: IntCounterVec,
+    provider_duration: HistogramVec,
+    webhooks: IntCounterVec,
+    recovery: IntCounterVec,
+    pool_connections: IntGauge,
+    pool_idle: IntGauge,
+    pool_max: IntGauge,
+}
+
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    // The definitions are constants: a bad name is a programming error that the unit test
+    // below catches, not something a request can cause.
+    let metric = IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("unique metric name");
+    metric
+}
+
+fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
+    let metric = HistogramVec::new(opts, labels).expect("valid histogram");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("unique metric name");
+    metric
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    let metric = IntGauge::new(name, help).expect("valid gauge");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("unique metric name");
+    metric
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let r = Registry::new();
+    let metrics = Metrics {
+        http_requests: counter(
+            &r,
+            "http_requests_total",
+            "HTTP requests answered, by method, route template and status.",
+            &["method", "route", "status"],
+        ),
+        http_duration: histogram(
+            &r,
+            "http_request_duration_seconds",
+            "Time to answer an HTTP request, by method and route template.",
+            &["method", "route"],
+        ),
+        idempotency: counter(
+            &r,
+            "idempotency_outcomes_total",
+            "What a request with an Idempotency-Key turned out to be: created (won the key), \
+             replayed (got the stored final response), in_use (409, first still running), \
+             reused (422, same key with a different request).",
+            &["resource", "outcome"],
+        ),
+        provider_calls: counter(
+            &r,
+            "provider_calls_total",
+            "Calls to the payment provider, by operation and outcome \
+             (succeeded, failed, pending, unknown).",
+            &["operation", "outcome"],
+        ),
+        provider_duration: histogram(
+            &r,
+            "provider_call_duration_seconds",
+            "Latency of calls to the payment provider, by operation.",
+            &["operation"],
+        ),
+        webhooks: counter(
+            &r,
+            "webhooks_total",
+            "Inbound provider webhooks: accepted, duplicate (redelivery), rejected.",
+            &["outcome"],
+        ),
+        recovery: counter(
+            &r,
+            "recovery_actions_total",
+            "What the recovery worker did with abandoned work, by action.",
+            &["action"],
+        ),
+        pool_connections: gauge(
+            &r,
+            "db_pool_connections",
+            "Open database connections in the pool (idle and in use).",
+        ),
+        pool_idle: gauge(&r, "db_pool_idle_connections", "Idle database connections."),
+        pool_max: gauge(&r, "db_pool_max_connections", "Pool size limit."),
+        registry: r,
+    };
+    // Known series start at 0, so they are on the page (and `rate()` works) before the
+    // first event.
+    for outcome in [
+        IdempotencyOutcome::Created,
+        IdempotencyOutcome::Replayed,
+        IdempotencyOutcome::InUse,
+        IdempotencyOutcome::Reused,
+    ] {
+        metrics
+            .idempotency
+            .with_label_values(&["payment", outcome.as_str()]);
+    }
+    for outcome in ["succeeded", "failed", "pending", "unknown"] {
+        metrics
+            .provider_calls
+            .with_label_values(&["charge", outcome]);
+    }
+    for outcome in [
+        WebhookOutcome::Accepted,
+        WebhookOutcome::Duplicate,
+        WebhookOutcome::Rejected,
+    ] {
+        metrics.webhooks.with_label_values(&[outcome.as_str()]);
+    }
+    metrics
+});
+
+/// A method label from a fixed set (an odd extension method must not mint new series).
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "OTHER",
+    }
+}
+
+/// One answered request. `route` is the matched template (`/v1/payments/{id}`) or
+/// `unmatched`, never the raw path.
+pub fn http_request(method: &Method, route: &str, status: u16, elapsed: Duration) {
+    let m = &*METRICS;
+    let method = method_label(method);
+    m.http_requests
+        .with_label_values(&[method, route, &status.to_string()])
+        .inc();
+    m.http_duration
+        .with_label_values(&[method, route])
+        .observe(elapsed.as_secs_f64());
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdempotencyOutcome {
+    /// This request won the key and did the work.
+    Created,
+    /// The stored final response was replayed.
+    Replayed,
+    /// 409: the first request with the key was still running.
+    InUse,
+    /// 422: the key came with a different request.
+    Reused,
+}
+
+impl IdempotencyOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::Replayed => "replayed",
+            Self::InUse => "in_use",
+            Self::Reused => "reused",
+        }
+    }
+}
+
+/// `resource` is the kind of object the key creates: `"payment"`, `"refund"`.
+pub fn idempotency(resource: &'static str, outcome: IdempotencyOutcome) {
+    METRICS
+        .idempotency
+        .with_label_values(&[resource, outcome.as_str()])
+        .inc();
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookOutcome {
+    Accepted,
+    Duplicate,
+    Rejected,
+}
+
+impl WebhookOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Accepted => "accepted",
+            Self::Duplicate => "duplicate",
+            Self::Rejected => "rejected",
+        }
+    }
+}
+
+pub fn webhook(outcome: WebhookOutcome) {
+    METRICS
+        .webhooks
+        .with_label_values(&[outcome.as_str()])
+        .inc();
+}
+
+/// One action of the recovery worker, e.g. `"payment_resumed"`, `"refund_resumed"`.
+/// `&'static str` keeps the label set fixed at compile time.
+pub fn recovery(action: &'static str) {
+    METRICS.recovery.with_label_values(&[action]).inc();
+}
+
+/// One provider call: `operation` is `"charge"` or `"refund"`; `outcome` the provider's
+/// status (`succeeded`, `failed`, `pending`) or `unknown` (timeout, 5xx, broken connection).
+pub fn provider_call(operation: &'static str, outcome: &'static str, elapsed: Duration) {
+    let m = &*METRICS;
+    m.provider_calls
+        .with_label_values(&[operation, outcome])
+        .inc();
+    m.provider_duration
+        .with_label_values(&[operation])
+        .observe(elapsed.as_secs_f64());
+}
+
+pub fn provider_status_label(status: ProviderStatus) -> &'static str {
+    match status {
+        ProviderStatus::Succeeded => "succeeded",
+        ProviderStatus::Failed => "failed",
+        ProviderStatus::Pending => "pending",
+    }
+}
+
+/// Counts and times every call through the [`PaymentProvider`] port, whichever flow makes
+/// it (a request, a retry taking over, the recovery worker) and whichever provider sits
+/// behind it (simulator or HTTP).
+pub struct MeteredProvider {
+    inner: std::sync::Arc<dyn PaymentProvider>,
+}
+
+impl MeteredProvider {
+    pub fn new(inner: std::sync::Arc<dyn PaymentProvider>) -> Self {
+        Self { inner }
+    }
+}
+
+impl PaymentProvider for MeteredProvider {
+    fn create_charge<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a ChargeRequest,
+    ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let result = self.inner.create_charge(idempotency_key, request).await;
+            let outcome = match &result {
+                Ok(charge) => provider_status_label(charge.status),
+                Err(_) => "unknown",
+            };
+            provider_call("charge", outcome, started.elapsed());
+            result
+        })
+    }
+
+    fn create_refund<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a RefundRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let result = self.inner.create_refund(idempotency_key, request).await;
+            let outcome = match &result {
+                Ok(refund) => provider_status_label(refund.status),
+                Err(_) => "unknown",
+            };
+            provider_call("refund", outcome, started.elapsed());
+            result
+        })
+    }
+}
+
+/// The pool as it is at scrape time.
+pub fn observe_pool(state: diesel::r2d2::State, max_size: u32) {
+    let m = &*METRICS;
+    m.pool_connections.set(i64::from(state.connections));
+    m.pool_idle.set(i64::from(state.idle_connections));
+    m.pool_max.set(i64::from(max_size));
+}
+
+/// Everything in the Prometheus text exposition format.
+pub fn render() -> Result<String, prometheus::Error> {
+    let families = METRICS.registry.gather();
+    let mut out = Vec::new();
+    TextEncoder::new().encode(&families, &mut out)?;
+    String::from_utf8(out).map_err(|e| prometheus::Error::Msg(e.to_string()))
+}
+
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_is_defined_and_rendered() {
+        http_request(&Method::GET, "/health/live", 200, Duration::from_millis(1));
+        idempotency("payment", IdempotencyOutcome::Created);
+        webhook(WebhookOutcome::Accepted);
+        recovery("payment_resumed");
+        provider_call("charge", "succeeded", Duration::from_millis(3));
+        let text = render().unwrap();
+        for family in [
+            "http_requests_total",
+            "http_request_duration_seconds_bucket",
+            "idempotency_outcomes_total",
+            "provider_calls_total",
+            "provider_call_duration_seconds_bucket",
+            "webhooks_total",
+            "recovery_actions_total",
+            "db_pool_connections",
+            "db_pool_idle_connections",
+        ] {
+            assert!(text.contains(family), "{family} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn unknown_methods_share_one_label() {
+        let odd = Method::from_bytes(b"BREW").unwrap();
+        assert_eq!(method_label(&odd), "OTHER");
+        assert_eq!(method_label(&Method::POST), "POST");
+    }
+}

@@ -1,0 +1,100 @@
+//! Stopping cleanly. On SIGTERM actix-web stops accepting and lets in-flight requests finish
+//! (bounded by `shutdown_timeout`); then [`Shutdown`] tells background tasks to stop and
+//! waits a bounded time for them, so a worker never holds the process open or is cut off
+//! half-way through a step.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_web::rt::task::JoinHandle;
+use tokio::sync::watch;
+
+/// How long stopped workers get to finish the step they are in.
+pub const WORKER_GRACE: Duration = Duration::from_secs(10);
+
+/// A running background task and its name (for the log).
+type Worker = (&'static str, JoinHandle<()>);
+
+/// The stop signal and the background tasks that listen to it. Cheap to clone.
+#[derive(Clone)]
+pub struct Shutdown {
+    signal: Arc<watch::Sender<bool>>,
+    workers: Arc<Mutex<Vec<Worker>>>,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Self {
+            signal: Arc::new(watch::Sender::new(false)),
+            workers: Arc::default(),
+        }
+    }
+}
+
+impl Shutdown {
+    /// Runs a background task (recovery worker, prune job, …) on the current runtime.
+    /// `task` gets a clone of the signal and should return soon after
+    /// [`Shutdown::requested`] resolves, typically by `select!`ing on it between steps:
+    ///
+    /// ```ignore
+    /// state.shutdown.spawn("recovery", |stop| async move {
+    ///     loop {
+    ///         tokio::select! {
+    ///             _ = stop.requested() => break,
+    ///             _ = actix_web::rt::time::sleep(interval) => recover_once(&state).await,
+    ///         }
+    ///     }
+    /// });
+    /// ```
+    pub fn spawn<F, Fut>(&self, name: &'static str, task: F)
+    where
+        F: FnOnce(Shutdown) -> Fut,
+        Fut: Future<Output = ()> + 'static,
+    {
+        let handle = actix_web::rt::spawn(task(self.clone()));
+        if let Ok(mut workers) = self.workers.lock() {
+            workers.push((name, handle));
+        }
+    }
+
+    /// Resolves once a stop was asked for (at once if it already was).
+    pub async fn requested(&self) {
+        let mut rx = self.signal.subscribe();
+        // Err only if the sender is gone, which cannot happen while `self` holds it.
+        let _ = rx.wait_for(|stopping| *stopping).await;
+    }
+
+    pub fn is_requested(&self) -> bool {
+        *self.signal.borrow()
+    }
+
+    /// Asks every task to stop; does not wait.
+    pub fn trigger(&self) {
+        self.signal.send_replace(true);
+    }
+
+    /// Asks every task to stop and waits up to `grace` for them; a task still running then
+    /// is aborted (and named in the log).
+    pub async fn stop_workers(&self, grace: Duration) {
+        self.trigger();
+        let workers = match self.workers.lock() {
+            Ok(mut workers) => std::mem::take(&mut *workers),
+            Err(_) => return,
+        };
+        let deadline = tokio::time::Instant::now() + grace;
+        for (name, handle) in workers {
+            let abort = handle.abort_handle();
+            match tokio::time::timeout_at(deadline, handle).await {
+                Ok(_) => tracing::info!(worker = name, "background task stopped"),
+                Err(_) => {
+                    tracing::warn!(
+                        worker = name,
+                        "background task did not stop in time; aborted"
+                    );
+                    abort.abort();
+                }
+            }
+        }
+    }
+}
