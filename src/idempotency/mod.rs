@@ -163,6 +163,20 @@ pub enum Followed<R> {
     TakenOver(R, String),
 }
 
+/// Counts what a duplicate was told (replay or in use), for the metrics.
+pub fn observe<R>(resource: &'static str, followed: &Result<Followed<R>, crate::error::ApiError>) {
+    use crate::metrics::{IdempotencyOutcome, idempotency};
+    match followed {
+        Ok(Followed::Answer(answer)) if answer.replayed => {
+            idempotency(resource, IdempotencyOutcome::Replayed)
+        }
+        Err(crate::error::ApiError::IdempotencyKeyInUse { .. }) => {
+            idempotency(resource, IdempotencyOutcome::InUse)
+        }
+        _ => {}
+    }
+}
+
 /// A duplicate of an existing record: replay it if final, take it over if nobody owns it,
 /// otherwise wait up to `wait` for the request that owns it, then 409 with `Retry-After`.
 ///

@@ -119,19 +119,10 @@ async fn follow(state: &AppState, row: PaymentRow) -> Result<Answer, ApiError> {
         },
     )
     .await;
-    match followed {
-        Ok(Followed::Answer(answer)) => {
-            if answer.replayed {
-                metrics::idempotency("payment", IdempotencyOutcome::Replayed);
-            }
-            Ok(answer)
-        }
-        Ok(Followed::TakenOver(row, token)) => drive_detached(state, row, token).await,
-        Err(e @ ApiError::IdempotencyKeyInUse { .. }) => {
-            metrics::idempotency("payment", IdempotencyOutcome::InUse);
-            Err(e)
-        }
-        Err(e) => Err(e),
+    idempotency::observe("payment", &followed);
+    match followed? {
+        Followed::Answer(answer) => Ok(answer),
+        Followed::TakenOver(row, token) => drive_detached(state, row, token).await,
     }
 }
 

@@ -28,6 +28,7 @@ use crate::db::{DbConnection, DbError};
 use crate::domain::{IdempotencyKey, RefundId, Timestamp, new_lease_token, now};
 use crate::error::ApiError;
 use crate::idempotency::{self, Answer, Followed, IdempotentRecord};
+use crate::metrics::{self, IdempotencyOutcome};
 use crate::payments::lease;
 use crate::provider::{ProviderRefund, ProviderStatus, RefundRequest};
 use crate::startup::AppState;
@@ -186,6 +187,7 @@ pub async fn create_refund(
     };
     match claimed {
         Ok(Claimed::Reserved(row)) => {
+            metrics::idempotency("refund", IdempotencyOutcome::Created);
             tracing::info!(refund_id = %row.id, payment_id = %row.payment_id, amount = row.amount, "refund claimed");
             return drive_detached(state, *row, token).await;
         }
@@ -326,8 +328,9 @@ async fn follow(state: &AppState, row: RefundRow) -> Result<Answer, ApiError> {
                 .ok_or_else(|| ApiError::internal("refund vanished while waiting"))
         },
     )
-    .await?;
-    match followed {
+    .await;
+    idempotency::observe("refund", &followed);
+    match followed? {
         Followed::Answer(answer) => Ok(answer),
         Followed::TakenOver(row, token) => drive_detached(state, row, token).await,
     }

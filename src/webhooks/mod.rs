@@ -20,6 +20,7 @@ use crate::db::webhook_events::{self as events, Recorded, WebhookEventRow};
 use crate::db::{Db, DbConnection, DbError};
 use crate::domain::{Timestamp, now};
 use crate::error::ApiError;
+use crate::metrics::{self, WebhookOutcome};
 use crate::payments::{PaymentStatus, final_state};
 use crate::provider::{Charge, ProviderStatus};
 use crate::refunds::{self, OutcomeApplied, RefundOutcome};
@@ -143,6 +144,20 @@ fn effect_of(envelope: Envelope) -> Effect {
 
 /// Verifies, records and applies one delivery. `body` is the raw body, unparsed.
 pub async fn receive_provider_event(
+    state: &AppState,
+    headers: SignedHeaders<'_>,
+    body: &[u8],
+) -> Result<Receipt, ApiError> {
+    let outcome = receive(state, headers, body).await;
+    metrics::webhook(match &outcome {
+        Ok(Receipt { duplicate: false }) => WebhookOutcome::Accepted,
+        Ok(Receipt { duplicate: true }) => WebhookOutcome::Duplicate,
+        Err(_) => WebhookOutcome::Rejected,
+    });
+    outcome
+}
+
+async fn receive(
     state: &AppState,
     headers: SignedHeaders<'_>,
     body: &[u8],

@@ -778,3 +778,39 @@ async fn refund_events_finish_pending_refunds_once() {
         "the provider was down throughout"
     );
 }
+
+#[actix_web::test]
+async fn webhook_outcomes_are_counted_in_the_metrics() {
+    let app = spawn_app().await;
+    let count = |text: &str, outcome: &str| -> f64 {
+        let name = format!("webhooks_total{{outcome=\"{outcome}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    // Tests share the process's registry and run in parallel: compare before and after.
+    let before = app.get("/metrics").await.text();
+    let body = json!({"type": "customer.created", "timestamp": "2026-11-22T06:00:00Z", "data": {}})
+        .to_string()
+        .into_bytes();
+    let id = event_id();
+    assert_receipt(&app.post_webhook(&id, &body).await, false);
+    assert_receipt(&app.post_webhook(&id, &body).await, true);
+    let wrong = signed_headers(
+        &WebhookSecret::parse("whsec_MDEyMzQ1Njc4OWFiY2RlZg==").unwrap(),
+        &id,
+        unix_now(),
+        &body,
+    );
+    app.request("POST", PATH, &wrong, body.clone())
+        .await
+        .assert_problem(401, "invalid_signature");
+    let after = app.get("/metrics").await.text();
+    for outcome in ["accepted", "duplicate", "rejected"] {
+        assert!(
+            count(&after, outcome) - count(&before, outcome) >= 1.0,
+            "{outcome} not counted:\n{after}"
+        );
+    }
+}
