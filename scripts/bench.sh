@@ -36,7 +36,7 @@ start_service() {
   for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$PORT/health/ready" >/dev/null 2>&1 && return; sleep 0.1; done
   echo "the service did not start" >&2; cat /tmp/payments-bench-service.log >&2; exit 1
 }
-stop_service() { kill "$SERVICE_PID" 2>/dev/null; wait "$SERVICE_PID" 2>/dev/null || true; }
+stop_service() { kill "$SERVICE_PID" 2>/dev/null || true; wait "$SERVICE_PID" 2>/dev/null || true; }
 trap 'stop_service' EXIT
 peak_rss_mib() { awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$SERVICE_PID/status"; }
 field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | head -n 1; }

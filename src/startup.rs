@@ -12,7 +12,7 @@ use actix_web::{App, HttpMessage, HttpServer, web};
 use crate::auth::ApiKeyCache;
 use crate::config::Settings;
 use crate::db::{self, DatabaseTarget, Db, merchants};
-use crate::idempotency::InFlight;
+use crate::idempotency::{FinalAnswers, InFlight};
 use crate::provider::{
     HttpProvider, InProcessProvider, PaymentProvider, RetryPolicy, Simulator, WebhookDelivery,
 };
@@ -28,6 +28,7 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub inflight: InFlight,
     pub api_keys: ApiKeyCache,
+    pub final_answers: FinalAnswers,
     /// Background tasks spawn through this and stop when it fires (see [`Shutdown`]).
     pub shutdown: Shutdown,
 }
@@ -83,11 +84,10 @@ impl Application {
             })?;
         }
 
-        let listener =
-            TcpListener::bind(&settings.bind_addr).map_err(|source| StartupError::Bind {
-                addr: settings.bind_addr.clone(),
-                source,
-            })?;
+        let listener = listen(&settings.bind_addr).map_err(|source| StartupError::Bind {
+            addr: settings.bind_addr.clone(),
+            source,
+        })?;
         let local_addr = listener.local_addr().map_err(|source| StartupError::Bind {
             addr: settings.bind_addr.clone(),
             source,
@@ -118,6 +118,7 @@ impl Application {
             settings: Arc::new(settings),
             inflight: InFlight::default(),
             api_keys: ApiKeyCache::default(),
+            final_answers: FinalAnswers::default(),
             shutdown: Shutdown::default(),
         };
         let server = run(listener, state.clone())?;
@@ -175,6 +176,24 @@ fn self_webhook_url(addr: SocketAddr) -> String {
         "http://{}/v1/webhooks/provider",
         SocketAddr::new(host, addr.port())
     )
+}
+
+/// How many connections may wait to be accepted. std's `TcpListener::bind` uses 128, and
+/// a burst of a few hundred clients (a retry storm) then overflows it: the dropped SYNs are
+/// retried by the clients a full second later.
+pub const LISTEN_BACKLOG: i32 = 2048;
+
+/// Binds `addr` (an IP socket address) with [`LISTEN_BACKLOG`] and `SO_REUSEADDR`.
+pub fn listen(addr: &str) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let addr: std::net::SocketAddr = addr.parse().map_err(|e| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}"))
+    })?;
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket.into())
 }
 
 /// The simulator in this process. It finishes async charges by webhook to this very

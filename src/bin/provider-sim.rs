@@ -1,6 +1,5 @@
 //! `provider-sim`: the simulated payment provider as its own HTTP server.
 
-use std::net::TcpListener;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -84,7 +83,8 @@ fn run() -> Result<(), String> {
         }
         _ => return Err("WEBHOOK_URL and WEBHOOK_SECRET go together: set both or neither".into()),
     };
-    let listener = TcpListener::bind(&bind).map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+    let listener = payments_api::startup::listen(&bind)
+        .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
     actix_web::rt::System::new().block_on(async move {
         let server = sim_server::serve(listener, Arc::new(Simulator::new()), faults, webhooks)
             .map_err(|e| e.to_string())?;

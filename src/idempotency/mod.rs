@@ -256,6 +256,47 @@ mod tests {
         );
     }
 
+    #[test]
+    fn final_answers_replay_the_same_request_and_refuse_another() {
+        let answers = FinalAnswers::default();
+        answers.remember(
+            "payment",
+            "mer_1",
+            "k",
+            "fp-a",
+            &Answer::new(201, "{\"a\":1}"),
+        );
+        answers.remember(
+            "payment",
+            "mer_1",
+            "pending",
+            "fp-a",
+            &Answer::new(202, "{}"),
+        );
+
+        let replay = answers
+            .answer("payment", "mer_1", "k", "fp-a")
+            .unwrap()
+            .unwrap();
+        assert_eq!(replay, Answer::new(201, "{\"a\":1}").replayed());
+        assert!(matches!(
+            answers.answer("payment", "mer_1", "k", "fp-b"),
+            Some(Err(crate::error::ApiError::IdempotencyKeyReused))
+        ));
+        assert!(
+            answers.answer("payment", "mer_2", "k", "fp-a").is_none(),
+            "per merchant"
+        );
+        assert!(
+            answers.answer("refund", "mer_1", "k", "fp-a").is_none(),
+            "per resource"
+        );
+        assert!(
+            answers.get("payment", "mer_1", "pending").is_none(),
+            "202 is not final"
+        );
+    }
+
     #[actix_web::test]
     async fn an_unsettled_guard_releases_its_waiters() {
         let registry = InFlight::default();
@@ -269,5 +310,82 @@ mod tests {
         actix_web::rt::task::yield_now().await;
         drop(guard);
         assert_eq!(waiter.await.unwrap(), None);
+    }
+}
+
+/// Final answers already seen, by (resource, merchant, key): a replay or a reuse is
+/// answered from memory, with no database round trip.
+///
+/// Safe because a final answer never changes once stored (the contract fixes it from that
+/// moment, in every instance), and a key is never freed; only final answers go in, so the
+/// insert still decides every winner. Bounded: when full it starts over (a miss only costs
+/// the database lookup it would have cost anyway).
+#[derive(Clone, Default)]
+pub struct FinalAnswers {
+    answers: Arc<std::sync::RwLock<HashMap<String, (String, Answer)>>>,
+}
+
+impl FinalAnswers {
+    const MAX_ENTRIES: usize = 10_000;
+
+    fn key(resource: &str, merchant_id: &str, idempotency_key: &str) -> String {
+        format!("{resource}\u{0}{merchant_id}\u{0}{idempotency_key}")
+    }
+
+    /// The stored `(fingerprint, answer)` of this key, if seen here.
+    pub fn get(
+        &self,
+        resource: &str,
+        merchant_id: &str,
+        idempotency_key: &str,
+    ) -> Option<(String, Answer)> {
+        let answers = self.answers.read().ok()?;
+        answers
+            .get(&Self::key(resource, merchant_id, idempotency_key))
+            .cloned()
+    }
+
+    /// What a request with this key and fingerprint is answered from memory, if the key's
+    /// final answer is known here: the replay, or 422 for a different request.
+    pub fn answer(
+        &self,
+        resource: &'static str,
+        merchant_id: &str,
+        idempotency_key: &str,
+        fingerprint: &str,
+    ) -> Option<Result<Answer, crate::error::ApiError>> {
+        use crate::metrics::{IdempotencyOutcome, idempotency};
+        let (stored, answer) = self.get(resource, merchant_id, idempotency_key)?;
+        if stored != fingerprint {
+            idempotency(resource, IdempotencyOutcome::Reused);
+            return Some(Err(crate::error::ApiError::IdempotencyKeyReused));
+        }
+        idempotency(resource, IdempotencyOutcome::Replayed);
+        Some(Ok(answer.replayed()))
+    }
+
+    /// Remembers a final answer (anything else is ignored).
+    pub fn remember(
+        &self,
+        resource: &str,
+        merchant_id: &str,
+        idempotency_key: &str,
+        fingerprint: &str,
+        answer: &Answer,
+    ) {
+        if !answer.is_final() {
+            return;
+        }
+        if let Ok(mut answers) = self.answers.write() {
+            if answers.len() >= Self::MAX_ENTRIES {
+                answers.clear();
+            }
+            let mut stored = answer.clone();
+            stored.replayed = false;
+            answers.insert(
+                Self::key(resource, merchant_id, idempotency_key),
+                (fingerprint.to_owned(), stored),
+            );
+        }
     }
 }

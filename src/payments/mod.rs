@@ -34,13 +34,35 @@ pub async fn create_payment(
     key: IdempotencyKey,
     request: NewPayment,
 ) -> Result<Answer, ApiError> {
+    let fingerprint = request.fingerprint();
+    if let Some(answer) =
+        state
+            .final_answers
+            .answer("payment", &merchant.id, key.as_str(), &fingerprint)
+    {
+        return answer;
+    }
+    let answer = claim_or_follow(state, merchant, &key, request, &fingerprint).await?;
+    state
+        .final_answers
+        .remember("payment", &merchant.id, key.as_str(), &fingerprint, &answer);
+    Ok(answer)
+}
+
+async fn claim_or_follow(
+    state: &AppState,
+    merchant: &Merchant,
+    key: &IdempotencyKey,
+    request: NewPayment,
+    fingerprint: &str,
+) -> Result<Answer, ApiError> {
     let created_at = now();
     let token = new_lease_token();
     let claim = PaymentRow {
         id: PaymentId::generate().to_string(),
         merchant_id: merchant.id.clone(),
         idempotency_key: key.as_str().to_owned(),
-        request_fingerprint: request.fingerprint(),
+        request_fingerprint: fingerprint.to_owned(),
         amount: request.amount.minor_units(),
         currency: request.currency.as_str().to_owned(),
         metadata: request.metadata_json(),

@@ -932,11 +932,10 @@ async fn with_the_database_down_requests_answer_503_and_service_recovers_without
         200
     );
 
-    // What bounds the wait and makes recovery possible: a short checkout timeout, and a
-    // check on checkout that throws broken connections away.
+    // What bounds the wait: a short checkout timeout. (Recovery comes from dropping the
+    // connections that lost their server; the second half of this test proves it.)
     let pool = app.state.db.pool();
     assert!(pool.connection_timeout() <= Duration::from_secs(5));
-    assert!(pool.test_on_check_out());
 
     proxy.cut();
     let checks = [

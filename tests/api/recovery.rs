@@ -340,3 +340,24 @@ async fn a_refund_whose_answer_was_lost_is_finished_by_recovery_once() {
     assert_eq!(retry.status, 201);
     assert_eq!(retry.json()["status"], "succeeded");
 }
+
+#[actix_web::test]
+async fn another_instance_replays_and_refuses_from_the_database() {
+    let provider = spawn_provider().await;
+    let (apps, _database) = spawn_cluster(2, &provider, |s| {
+        s.bootstrap_api_key = Some("sk_test_cluster_shared_key_0002".to_owned());
+    })
+    .await;
+    let first = apps[0].post_payment("cross-instance", &visa(610)).await;
+    assert_eq!(first.status, 201);
+    // apps[1] never saw this key: its answers come from the stored row.
+    let replay = apps[1].post_payment("cross-instance", &visa(610)).await;
+    assert_eq!(replay.status, 201);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replay.body, first.body);
+    apps[1]
+        .post_payment("cross-instance", &visa(611))
+        .await
+        .assert_problem(422, "idempotency_key_reused");
+    assert_eq!(provider.simulator.charge_calls(), 1);
+}
