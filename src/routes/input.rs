@@ -228,4 +228,34 @@ impl Query {
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
     }
+
+    /// `limit` of a list: 1 to 100, default 10.
+    pub fn limit(&self) -> Result<i64, ApiError> {
+        match self.get("limit") {
+            None => Ok(10),
+            Some(v) => v
+                .parse::<i64>()
+                .ok()
+                .filter(|n| (1..=100).contains(n))
+                .ok_or_else(|| {
+                    ApiError::invalid("limit", "`limit` must be an integer from 1 to 100")
+                }),
+        }
+    }
+
+    /// `starting_after` of a list: an id that `is_id` accepts (`what` names it for the error).
+    pub fn starting_after(
+        &self,
+        what: &str,
+        is_id: impl Fn(&str) -> bool,
+    ) -> Result<Option<String>, ApiError> {
+        match self.get("starting_after") {
+            None => Ok(None),
+            Some(v) if is_id(v) => Ok(Some(v.to_owned())),
+            Some(_) => Err(ApiError::invalid(
+                "starting_after",
+                format!("`starting_after` must be {what}"),
+            )),
+        }
+    }
 }

@@ -98,24 +98,8 @@ pub async fn list(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let query = Query::parse(&req, &["limit", "starting_after", "status", "customer_id"])?;
-    let limit = match query.get("limit") {
-        None => 10,
-        Some(v) => v
-            .parse::<i64>()
-            .ok()
-            .filter(|n| (1..=100).contains(n))
-            .ok_or_else(|| {
-                ApiError::invalid("limit", "`limit` must be an integer from 1 to 100")
-            })?,
-    };
-    let starting_after = query
-        .get("starting_after")
-        .map(|v| {
-            PaymentId::parse(v).map(|id| id.to_string()).ok_or_else(|| {
-                ApiError::invalid("starting_after", "`starting_after` must be a payment id")
-            })
-        })
-        .transpose()?;
+    let limit = query.limit()?;
+    let starting_after = query.starting_after("a payment id", |v| PaymentId::parse(v).is_some())?;
     let status = query
         .get("status")
         .map(|v| {

@@ -73,24 +73,8 @@ pub async fn list(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let query = Query::parse(&req, &["limit", "starting_after"])?;
-    let limit = match query.get("limit") {
-        None => 10,
-        Some(v) => v
-            .parse::<i64>()
-            .ok()
-            .filter(|n| (1..=100).contains(n))
-            .ok_or_else(|| {
-                ApiError::invalid("limit", "`limit` must be an integer from 1 to 100")
-            })?,
-    };
-    let starting_after = query
-        .get("starting_after")
-        .map(|v| {
-            RefundId::parse(v).map(|id| id.to_string()).ok_or_else(|| {
-                ApiError::invalid("starting_after", "`starting_after` must be a refund id")
-            })
-        })
-        .transpose()?;
+    let limit = query.limit()?;
+    let starting_after = query.starting_after("a refund id", |v| RefundId::parse(v).is_some())?;
     let body =
         refunds::list_refunds(&state, &merchant, path.into_inner(), limit, starting_after).await?;
     Ok(HttpResponse::Ok()
