@@ -3,6 +3,7 @@
 
 pub mod merchants;
 pub mod payments;
+mod prepared;
 pub mod refunds;
 pub mod schema;
 pub mod webhook_events;

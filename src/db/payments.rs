@@ -5,8 +5,8 @@
 use chrono::Duration;
 use diesel::prelude::*;
 
-use super::DbConnection;
 use super::schema::payments;
+use super::{DbConnection, prepared};
 use crate::domain::Timestamp;
 
 const PROCESSING: &str = "processing";
@@ -49,10 +49,13 @@ impl PaymentRow {
 /// The claim: the insert whose unique (merchant_id, idempotency_key) decides the winner.
 /// A lost race comes back as `UniqueViolation`.
 pub fn insert(conn: &mut DbConnection, row: &PaymentRow) -> QueryResult<()> {
-    diesel::insert_into(payments::table)
-        .values(row)
-        .execute(conn)
-        .map(|_| ())
+    match conn {
+        DbConnection::Postgres(pg) => prepared::InsertPayment(row).execute(pg).map(|_| ()),
+        DbConnection::Sqlite(_) => diesel::insert_into(payments::table)
+            .values(row)
+            .execute(conn)
+            .map(|_| ()),
+    }
 }
 
 pub fn find_by_idempotency_key(
@@ -123,6 +126,9 @@ pub fn take_over(
 /// `processing` can be finished, whoever holds the lease: the provider's answer for one
 /// idempotency key is the same for everyone. Returns false if it was already final.
 pub fn finish(conn: &mut DbConnection, row: &PaymentRow) -> QueryResult<bool> {
+    if let DbConnection::Postgres(pg) = conn {
+        return prepared::FinishPayment(row).execute(pg).map(|n| n == 1);
+    }
     diesel::update(
         payments::table
             .filter(payments::id.eq(&row.id))

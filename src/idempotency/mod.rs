@@ -68,39 +68,63 @@ impl Answer {
 
 type Outcome = Option<Answer>;
 
-/// The requests running in this process, by object id, each with a channel its duplicates
-/// can wait on.
+/// Names one idempotency scope: a merchant's key on one kind of request.
+pub fn scope_key(resource: &str, merchant_id: &str, idempotency_key: &str) -> String {
+    format!("{resource}\u{0}{merchant_id}\u{0}{idempotency_key}")
+}
+
+#[derive(Default)]
+struct Registry {
+    /// Running requests by object id, each with a channel its duplicates can wait on.
+    by_id: HashMap<String, watch::Receiver<Outcome>>,
+    /// The same requests by idempotency scope: (fingerprint of the claiming request, id).
+    by_scope: HashMap<String, (String, String)>,
+}
+
+/// The requests running in this process.
 #[derive(Default, Clone)]
 pub struct InFlight {
-    running: Arc<Mutex<HashMap<String, watch::Receiver<Outcome>>>>,
+    registry: Arc<Mutex<Registry>>,
 }
 
 impl InFlight {
-    fn running(&self) -> MutexGuard<'_, HashMap<String, watch::Receiver<Outcome>>> {
+    fn registry(&self) -> MutexGuard<'_, Registry> {
         // Only inserts and removes happen under the lock; a poisoned map is still consistent.
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Announces that this request now works on `id`. The guard must be settled with the
-    /// outcome; dropped unsettled (an error), its waiters fall back to reading the row.
-    pub fn register(&self, id: &str) -> InFlightGuard {
+    /// Announces that this request now works on `id`, claimed under `scope` by a request
+    /// with `fingerprint`. The guard must be settled with the outcome; dropped unsettled
+    /// (an error), its waiters fall back to reading the row.
+    pub fn register(&self, id: &str, scope: String, fingerprint: &str) -> InFlightGuard {
         let (sender, receiver) = watch::channel(None);
-        self.running().insert(id.to_owned(), receiver);
+        let mut registry = self.registry();
+        registry.by_id.insert(id.to_owned(), receiver);
+        registry
+            .by_scope
+            .insert(scope.clone(), (fingerprint.to_owned(), id.to_owned()));
         InFlightGuard {
             registry: self.clone(),
             id: id.to_owned(),
+            scope,
             sender,
         }
     }
 
     pub fn subscribe(&self, id: &str) -> Option<watch::Receiver<Outcome>> {
-        self.running().get(id).cloned()
+        self.registry().by_id.get(id).cloned()
+    }
+
+    /// The request running under `scope` here: (its fingerprint, its object id).
+    pub fn running_under(&self, scope: &str) -> Option<(String, String)> {
+        self.registry().by_scope.get(scope).cloned()
     }
 }
 
 pub struct InFlightGuard {
     registry: InFlight,
     id: String,
+    scope: String,
     sender: watch::Sender<Outcome>,
 }
 
@@ -112,14 +136,62 @@ impl InFlightGuard {
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
-        let mut running = self.registry.running();
+        let mut registry = self.registry.registry();
         // A later request may have registered the same id after a takeover: leave its entry.
-        if running
+        if registry
+            .by_id
             .get(&self.id)
             .is_some_and(|r| r.same_channel(&self.sender.subscribe()))
         {
-            running.remove(&self.id);
+            registry.by_id.remove(&self.id);
+            if registry
+                .by_scope
+                .get(&self.scope)
+                .is_some_and(|(_, id)| *id == self.id)
+            {
+                registry.by_scope.remove(&self.scope);
+            }
         }
+    }
+}
+
+/// What a request learnt from a request running under its key in this process.
+pub enum Joined {
+    /// Its outcome: a replay of the final answer, or the 202 it ended with.
+    Answer(Answer),
+    /// Nothing runs under the key here (or it ended without an outcome): go to the
+    /// database, with this much of the wait left.
+    NotRunning { wait_left: Duration },
+}
+
+/// A duplicate of a request running in this process waits on it directly: no insert that
+/// is bound to fail, no reads. A storm of identical requests costs the database only the
+/// first request's work.
+pub async fn join_running(
+    inflight: &InFlight,
+    resource: &'static str,
+    scope: &str,
+    fingerprint: &str,
+    wait: Duration,
+) -> Result<Joined, crate::error::ApiError> {
+    use crate::metrics::{IdempotencyOutcome, idempotency};
+    let Some((claimed, id)) = inflight.running_under(scope) else {
+        return Ok(Joined::NotRunning { wait_left: wait });
+    };
+    if claimed != fingerprint {
+        idempotency(resource, IdempotencyOutcome::Reused);
+        return Err(crate::error::ApiError::IdempotencyKeyReused);
+    }
+    let started = Instant::now();
+    match wait_for_outcome(inflight, &id, wait).await {
+        Some(answer) if answer.is_final() => {
+            idempotency(resource, IdempotencyOutcome::Replayed);
+            Ok(Joined::Answer(answer.replayed()))
+        }
+        Some(answer) => Ok(Joined::Answer(answer)),
+        None => Ok(Joined::NotRunning {
+            wait_left: wait.saturating_sub(started.elapsed()),
+        }),
     }
 }
 
@@ -240,7 +312,7 @@ mod tests {
     #[actix_web::test]
     async fn waiters_receive_the_outcome_once_settled() {
         let registry = InFlight::default();
-        let guard = registry.register("pay_1");
+        let guard = registry.register("pay_1", scope_key("payment", "m", "k1"), "fp");
         let waiter = {
             let registry = registry.clone();
             actix_web::rt::spawn(async move {
@@ -300,7 +372,7 @@ mod tests {
     #[actix_web::test]
     async fn an_unsettled_guard_releases_its_waiters() {
         let registry = InFlight::default();
-        let guard = registry.register("pay_2");
+        let guard = registry.register("pay_2", scope_key("payment", "m", "k2"), "fp");
         let waiter = {
             let registry = registry.clone();
             actix_web::rt::spawn(async move {
@@ -328,10 +400,6 @@ pub struct FinalAnswers {
 impl FinalAnswers {
     const MAX_ENTRIES: usize = 10_000;
 
-    fn key(resource: &str, merchant_id: &str, idempotency_key: &str) -> String {
-        format!("{resource}\u{0}{merchant_id}\u{0}{idempotency_key}")
-    }
-
     /// The stored `(fingerprint, answer)` of this key, if seen here.
     pub fn get(
         &self,
@@ -341,7 +409,7 @@ impl FinalAnswers {
     ) -> Option<(String, Answer)> {
         let answers = self.answers.read().ok()?;
         answers
-            .get(&Self::key(resource, merchant_id, idempotency_key))
+            .get(&scope_key(resource, merchant_id, idempotency_key))
             .cloned()
     }
 
@@ -383,7 +451,7 @@ impl FinalAnswers {
             let mut stored = answer.clone();
             stored.replayed = false;
             answers.insert(
-                Self::key(resource, merchant_id, idempotency_key),
+                scope_key(resource, merchant_id, idempotency_key),
                 (fingerprint.to_owned(), stored),
             );
         }

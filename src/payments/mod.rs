@@ -15,12 +15,16 @@ pub mod recovery;
 pub mod request;
 pub mod view;
 
+use std::time::Duration;
+
 use crate::auth::Merchant;
 use crate::db::DbError;
 use crate::db::payments::{self as rows, ListFilter, PaymentRow};
 use crate::domain::{IdempotencyKey, PaymentId, Timestamp, new_lease_token, now};
 use crate::error::ApiError;
-use crate::idempotency::{self, Answer, Followed, IdempotentRecord};
+use crate::idempotency::{
+    self, Answer, Followed, IdempotentRecord, Joined, join_running, scope_key,
+};
 use crate::metrics::{self, IdempotencyOutcome};
 use crate::provider::{Charge, ChargeRequest, ProviderStatus};
 use crate::startup::AppState;
@@ -35,19 +39,24 @@ pub async fn create_payment(
     request: NewPayment,
 ) -> Result<Answer, ApiError> {
     let fingerprint = request.fingerprint();
-    if let Some(answer) =
-        state
-            .final_answers
-            .answer("payment", &merchant.id, key.as_str(), &fingerprint)
-    {
+    let answers = &state.final_answers;
+    if let Some(answer) = answers.answer(RESOURCE, &merchant.id, key.as_str(), &fingerprint) {
         return answer;
     }
-    let answer = claim_or_follow(state, merchant, &key, request, &fingerprint).await?;
-    state
-        .final_answers
-        .remember("payment", &merchant.id, key.as_str(), &fingerprint, &answer);
+    let scope = scope_key(RESOURCE, &merchant.id, key.as_str());
+    let wait = state.settings.idempotency_wait;
+    let answer = match join_running(&state.inflight, RESOURCE, &scope, &fingerprint, wait).await? {
+        Joined::Answer(answer) => answer,
+        Joined::NotRunning { wait_left } => {
+            claim_or_follow(state, merchant, &key, request, &fingerprint, wait_left).await?
+        }
+    };
+    answers.remember(RESOURCE, &merchant.id, key.as_str(), &fingerprint, &answer);
     Ok(answer)
 }
+
+/// Names payments in the idempotency scopes and metrics.
+const RESOURCE: &str = "payment";
 
 async fn claim_or_follow(
     state: &AppState,
@@ -55,6 +64,7 @@ async fn claim_or_follow(
     key: &IdempotencyKey,
     request: NewPayment,
     fingerprint: &str,
+    wait: Duration,
 ) -> Result<Answer, ApiError> {
     let created_at = now();
     let token = new_lease_token();
@@ -109,16 +119,16 @@ async fn claim_or_follow(
         metrics::idempotency("payment", IdempotencyOutcome::Reused);
         return Err(ApiError::IdempotencyKeyReused);
     }
-    follow(state, existing).await
+    follow(state, existing, wait).await
 }
 
 /// A duplicate of an existing payment: replay it if final, take it over if nobody owns it,
-/// otherwise wait up to `IDEMPOTENCY_WAIT_MS` for the request that owns it.
-async fn follow(state: &AppState, row: PaymentRow) -> Result<Answer, ApiError> {
+/// otherwise wait up to `wait` (what is left of `IDEMPOTENCY_WAIT_MS`) for its owner.
+async fn follow(state: &AppState, row: PaymentRow, wait: Duration) -> Result<Answer, ApiError> {
     let merchant_id = row.merchant_id.clone();
     let followed = idempotency::follow(
         &state.inflight,
-        state.settings.idempotency_wait,
+        wait,
         row,
         |id, token| {
             let lease = lease(state);
@@ -187,7 +197,11 @@ async fn drive_detached(
 /// Holds the lease of `row`: asks the provider (with our payment id as its idempotency
 /// key, so asking again can never charge twice) and records what it said.
 pub async fn drive(state: &AppState, row: PaymentRow, token: String) -> Result<Answer, ApiError> {
-    let inflight = state.inflight.register(&row.id);
+    let inflight = state.inflight.register(
+        &row.id,
+        scope_key(RESOURCE, &row.merchant_id, &row.idempotency_key),
+        &row.request_fingerprint,
+    );
     let request = ChargeRequest {
         amount: row.amount,
         currency: row.currency.clone(),

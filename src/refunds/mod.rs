@@ -367,7 +367,11 @@ async fn drive_detached(
 /// Holds the lease of `row` (whose amount is reserved): asks the provider, with our refund
 /// id as its idempotency key so asking again can never refund twice, and records the answer.
 pub async fn drive(state: &AppState, row: RefundRow, token: String) -> Result<Answer, ApiError> {
-    let inflight = state.inflight.register(&row.id);
+    let inflight = state.inflight.register(
+        &row.id,
+        idempotency::scope_key("refund", &row.merchant_id, &row.idempotency_key),
+        &row.request_fingerprint,
+    );
     let charge = {
         let (merchant_id, payment_id) = (row.merchant_id.clone(), row.payment_id.clone());
         state

@@ -166,3 +166,23 @@ async fn keys_are_scoped_per_merchant() {
         .await;
     assert_eq!(theirs_again.body, theirs.body);
 }
+
+#[actix_web::test]
+async fn a_different_request_under_a_running_key_is_refused_at_once() {
+    let app = spawn_app_with(|s| s.provider_latency = Duration::from_millis(1000)).await;
+    let (first, other) = tokio::join!(app.post_payment("busy", &visa(900)), async {
+        actix_web::rt::time::sleep(Duration::from_millis(200)).await;
+        let started = std::time::Instant::now();
+        let response = app.post_payment("busy", &visa(901)).await;
+        (response, started.elapsed())
+    });
+    let (other, took) = other;
+    other.assert_problem(422, "idempotency_key_reused");
+    assert!(
+        took < Duration::from_millis(700),
+        "not made to wait for the first: {took:?}"
+    );
+    assert_eq!(first.status, 201);
+    assert_eq!(app.charges(), 1);
+    assert_eq!(app.simulator.charge_calls(), 1);
+}
