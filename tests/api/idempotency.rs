@@ -170,10 +170,11 @@ async fn keys_are_scoped_per_merchant() {
 #[actix_web::test]
 async fn a_different_request_under_a_running_key_is_refused_at_once() {
     let app = spawn_app_with(|s| s.provider_latency = Duration::from_millis(1000)).await;
-    let (first, other) = tokio::join!(app.post_payment("busy", &visa(900)), async {
+    let (body, different) = (visa(900), visa(901));
+    let (first, other) = tokio::join!(app.post_payment("busy", &body), async {
         actix_web::rt::time::sleep(Duration::from_millis(200)).await;
         let started = std::time::Instant::now();
-        let response = app.post_payment("busy", &visa(901)).await;
+        let response = app.post_payment("busy", &different).await;
         (response, started.elapsed())
     });
     let (other, took) = other;
