@@ -42,7 +42,7 @@ impl DatabaseTarget {
     pub fn parse(url: &str) -> Result<Self, ConfigError> {
         let url = url.trim();
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Ok(Self::Postgres(url.to_owned()))
+            Ok(Self::Postgres(with_network_timeouts(url)))
         } else if let Some(path) = url.strip_prefix("sqlite://") {
             if path.is_empty() {
                 return Err(ConfigError::new(
@@ -58,6 +58,35 @@ impl DatabaseTarget {
             ))
         }
     }
+}
+
+/// libpq parameters that keep a silent database (packets dropped, not refused) from holding
+/// a request: a bounded connect, unacknowledged data given up after 5 s, and keepalives on
+/// idle connections. Any of them set in `DATABASE_URL` wins.
+const PG_NETWORK_DEFAULTS: [(&str, &str); 5] = [
+    ("connect_timeout", "3"),
+    ("tcp_user_timeout", "5000"),
+    ("keepalives_idle", "10"),
+    ("keepalives_interval", "5"),
+    ("keepalives_count", "3"),
+];
+
+fn with_network_timeouts(url: &str) -> String {
+    let query = url.split_once('?').map(|(_, q)| q).unwrap_or("");
+    let given: Vec<&str> = query
+        .split('&')
+        .filter_map(|pair| pair.split('=').next())
+        .collect();
+    let mut out = url.to_owned();
+    for (name, value) in PG_NETWORK_DEFAULTS {
+        if !given.contains(&name) {
+            out.push(if out.contains('?') { '&' } else { '?' });
+            out.push_str(name);
+            out.push('=');
+            out.push_str(value);
+        }
+    }
+    out
 }
 
 /// Connects to the backend the URL names, so a connection failure reaches the log with
@@ -191,6 +220,46 @@ pub fn run_migrations(conn: &mut DbConnection) -> Result<(), String> {
             .run_pending_migrations(SQLITE_MIGRATIONS)
             .map(|_| ())
             .map_err(describe),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_urls_get_network_timeouts_unless_given() {
+        let DatabaseTarget::Postgres(url) =
+            DatabaseTarget::parse("postgres://u@h:5432/db").unwrap()
+        else {
+            panic!("not postgres")
+        };
+        assert_eq!(
+            url,
+            "postgres://u@h:5432/db?connect_timeout=3&tcp_user_timeout=5000\
+             &keepalives_idle=10&keepalives_interval=5&keepalives_count=3"
+        );
+        let DatabaseTarget::Postgres(url) =
+            DatabaseTarget::parse("postgresql://h/db?sslmode=require&connect_timeout=10").unwrap()
+        else {
+            panic!("not postgres")
+        };
+        assert!(url.starts_with(
+            "postgresql://h/db?sslmode=require&connect_timeout=10&tcp_user_timeout=5000"
+        ));
+        assert_eq!(url.matches("connect_timeout").count(), 1, "{url}");
+    }
+
+    #[test]
+    fn unknown_schemes_are_refused_naming_the_setting() {
+        for url in ["mysql://x", "data/payments.db", "sqlite://", ""] {
+            let err = DatabaseTarget::parse(url).unwrap_err();
+            assert_eq!(err.variable, "DATABASE_URL", "{url}");
+        }
+        assert_eq!(
+            DatabaseTarget::parse("sqlite://data/p.db").unwrap(),
+            DatabaseTarget::Sqlite(PathBuf::from("data/p.db"))
+        );
     }
 }
 
