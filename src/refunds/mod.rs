@@ -144,6 +144,25 @@ pub async fn create_refund(
     key: IdempotencyKey,
     request: NewRefund,
 ) -> Result<Answer, ApiError> {
+    // A key whose final answer (a refund, or a stored refusal) this instance has seen is
+    // answered from memory: final answers never change.
+    let fingerprint = request.fingerprint(&payment_id);
+    let answers = &state.final_answers;
+    if let Some(answer) = answers.answer("refund", &merchant.id, key.as_str(), &fingerprint) {
+        return answer;
+    }
+    let answer = claim_or_follow(state, merchant, payment_id, &key, request).await?;
+    answers.remember("refund", &merchant.id, key.as_str(), &fingerprint, &answer);
+    Ok(answer)
+}
+
+async fn claim_or_follow(
+    state: &AppState,
+    merchant: &Merchant,
+    payment_id: String,
+    key: &IdempotencyKey,
+    request: NewRefund,
+) -> Result<Answer, ApiError> {
     // An unknown (or another merchant's) payment is answered before anything is stored,
     // like a validation failure: there is nothing a key could be bound to.
     let payment = {
