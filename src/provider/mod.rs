@@ -31,15 +31,21 @@ pub enum ProviderStatus {
     Pending,
 }
 
-/// The provider's answer to a charge: what it did with the money.
+/// The provider's answer to a charge: what it did with the money. Only `id` and `status`
+/// decide anything; the echoed fields may be missing from another provider's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Charge {
     pub id: String,
     pub status: ProviderStatus,
+    #[serde(default)]
     pub amount: i64,
+    #[serde(default)]
     pub currency: String,
+    #[serde(default)]
     pub reference: String,
+    #[serde(default)]
     pub failure_code: Option<String>,
+    #[serde(default)]
     pub failure_message: Option<String>,
 }
 
@@ -57,10 +63,31 @@ pub struct RefundRequest {
 pub struct ProviderRefund {
     pub id: String,
     pub status: ProviderStatus,
+    #[serde(default)]
     pub amount: i64,
+    #[serde(default)]
     pub charge: String,
+    #[serde(default)]
     pub reference: String,
+    #[serde(default)]
     pub failure_code: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_minimal_provider_answer_is_understood() {
+        let charge: Charge =
+            serde_json::from_str(r#"{"id": "ch_1", "status": "failed", "extra": 1}"#).unwrap();
+        assert_eq!(charge.status, ProviderStatus::Failed);
+        assert_eq!(charge.failure_code, None);
+        let refund: ProviderRefund =
+            serde_json::from_str(r#"{"id": "pr_1", "status": "pending"}"#).unwrap();
+        assert_eq!(refund.status, ProviderStatus::Pending);
+        assert!(serde_json::from_str::<Charge>(r#"{"id": "ch_1", "status": "odd"}"#).is_err());
+    }
 }
 
 /// A timeout, a broken connection or a 5xx: the charge may or may not have happened.
