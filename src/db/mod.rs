@@ -1,6 +1,7 @@
 //! One database layer for PostgreSQL and SQLite: a diesel `MultiConnection` behind an r2d2
 //! pool, the backend chosen from the `DATABASE_URL` scheme.
 
+mod lease;
 pub mod merchants;
 pub mod payments;
 mod prepared;

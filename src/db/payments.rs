@@ -2,7 +2,6 @@
 //! (`WHERE status = 'processing'`, `WHERE lease_token = ?`), so two actors can never both
 //! apply a transition.
 
-use chrono::Duration;
 use diesel::prelude::*;
 
 use super::schema::payments;
@@ -10,6 +9,8 @@ use super::{DbConnection, prepared};
 use crate::domain::Timestamp;
 
 const PROCESSING: &str = "processing";
+
+super::lease::lease_protocol!(payments, PaymentRow, PROCESSING, provider_charge_id);
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = payments)]
@@ -94,34 +95,6 @@ pub fn find_by_id(conn: &mut DbConnection, id: &str) -> QueryResult<Option<Payme
         .optional()
 }
 
-/// Takes over an unfinished payment whose lease is free. Returns whether this caller won;
-/// of many callers at once exactly one does.
-pub fn take_over(
-    conn: &mut DbConnection,
-    id: &str,
-    token: &str,
-    now: Timestamp,
-    lease: Duration,
-) -> QueryResult<bool> {
-    diesel::update(
-        payments::table
-            .filter(payments::id.eq(id))
-            .filter(payments::status.eq(PROCESSING))
-            .filter(
-                payments::lease_expires_at
-                    .is_null()
-                    .or(payments::lease_expires_at.le(now)),
-            ),
-    )
-    .set((
-        payments::lease_token.eq(token),
-        payments::lease_expires_at.eq(now + lease),
-        payments::provider_attempts.eq(payments::provider_attempts + 1),
-    ))
-    .execute(conn)
-    .map(|n| n == 1)
-}
-
 /// Writes the final state and the response every retry will replay. Only a payment still
 /// `processing` can be finished, whoever holds the lease: the provider's answer for one
 /// idempotency key is the same for everyone. Returns false if it was already final.
@@ -144,31 +117,6 @@ pub fn finish(conn: &mut DbConnection, row: &PaymentRow) -> QueryResult<bool> {
         payments::lease_token.eq(None::<String>),
         payments::lease_expires_at.eq(None::<Timestamp>),
         payments::updated_at.eq(row.updated_at),
-    ))
-    .execute(conn)
-    .map(|n| n == 1)
-}
-
-/// Gives up the lease of an unfinished payment (outcome unknown or pending), so that a
-/// retry can take it over at once. Only the owner of the lease can give it up.
-pub fn release(
-    conn: &mut DbConnection,
-    id: &str,
-    token: &str,
-    provider_charge_id: Option<&str>,
-    now: Timestamp,
-) -> QueryResult<bool> {
-    diesel::update(
-        payments::table
-            .filter(payments::id.eq(id))
-            .filter(payments::status.eq(PROCESSING))
-            .filter(payments::lease_token.eq(token)),
-    )
-    .set((
-        payments::provider_charge_id.eq(provider_charge_id),
-        payments::lease_token.eq(None::<String>),
-        payments::lease_expires_at.eq(None::<Timestamp>),
-        payments::updated_at.eq(now),
     ))
     .execute(conn)
     .map(|n| n == 1)
@@ -211,26 +159,4 @@ pub fn count_for_merchant(conn: &mut DbConnection, merchant_id: &str) -> QueryRe
         .filter(payments::merchant_id.eq(merchant_id))
         .count()
         .get_result(conn)
-}
-
-/// Unfinished payments nobody owns and nobody has touched for longer than the lease:
-/// their request died, or answered 202 and was never retried.
-pub fn find_abandoned(
-    conn: &mut DbConnection,
-    now: Timestamp,
-    untouched_since: Timestamp,
-    limit: i64,
-) -> QueryResult<Vec<PaymentRow>> {
-    payments::table
-        .filter(payments::status.eq(PROCESSING))
-        .filter(payments::updated_at.le(untouched_since))
-        .filter(
-            payments::lease_expires_at
-                .is_null()
-                .or(payments::lease_expires_at.le(now)),
-        )
-        .order(payments::updated_at.asc())
-        .limit(limit)
-        .select(PaymentRow::as_select())
-        .load(conn)
 }

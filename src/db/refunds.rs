@@ -6,7 +6,6 @@
 //! interleaving of requests, webhooks and workers can reserve more than was paid or count
 //! a refund twice.
 
-use chrono::Duration;
 use diesel::prelude::*;
 
 use super::DbConnection;
@@ -14,6 +13,8 @@ use super::schema::{payments, refunds};
 use crate::domain::Timestamp;
 
 pub const PENDING: &str = "pending";
+
+super::lease::lease_protocol!(refunds, RefundRow, PENDING, provider_refund_id);
 pub const SUCCEEDED: &str = "succeeded";
 pub const FAILED: &str = "failed";
 /// A request refused with a stored 409/422: it holds its key, not money, and is no refund.
@@ -216,79 +217,6 @@ pub fn finish(conn: &mut DbConnection, row: &RefundRow) -> QueryResult<bool> {
     ))
     .execute(conn)
     .map(|n| n == 1)
-}
-
-/// Takes over a pending refund whose lease is free. Of many callers at once exactly one wins.
-pub fn take_over(
-    conn: &mut DbConnection,
-    id: &str,
-    token: &str,
-    now: Timestamp,
-    lease: Duration,
-) -> QueryResult<bool> {
-    diesel::update(
-        refunds::table
-            .filter(refunds::id.eq(id))
-            .filter(refunds::status.eq(PENDING))
-            .filter(
-                refunds::lease_expires_at
-                    .is_null()
-                    .or(refunds::lease_expires_at.le(now)),
-            ),
-    )
-    .set((
-        refunds::lease_token.eq(token),
-        refunds::lease_expires_at.eq(now + lease),
-        refunds::provider_attempts.eq(refunds::provider_attempts + 1),
-    ))
-    .execute(conn)
-    .map(|n| n == 1)
-}
-
-/// Gives up the lease of a pending refund (outcome unknown or pending at the provider).
-pub fn release(
-    conn: &mut DbConnection,
-    id: &str,
-    token: &str,
-    provider_refund_id: Option<&str>,
-    now: Timestamp,
-) -> QueryResult<bool> {
-    diesel::update(
-        refunds::table
-            .filter(refunds::id.eq(id))
-            .filter(refunds::status.eq(PENDING))
-            .filter(refunds::lease_token.eq(token)),
-    )
-    .set((
-        refunds::provider_refund_id.eq(provider_refund_id),
-        refunds::lease_token.eq(None::<String>),
-        refunds::lease_expires_at.eq(None::<Timestamp>),
-        refunds::updated_at.eq(now),
-    ))
-    .execute(conn)
-    .map(|n| n == 1)
-}
-
-/// Pending refunds nobody owns that have not moved since `idle_since`: what a recovery
-/// worker resumes (oldest first).
-pub fn list_abandoned(
-    conn: &mut DbConnection,
-    idle_since: Timestamp,
-    now: Timestamp,
-    limit: i64,
-) -> QueryResult<Vec<RefundRow>> {
-    refunds::table
-        .filter(refunds::status.eq(PENDING))
-        .filter(refunds::updated_at.le(idle_since))
-        .filter(
-            refunds::lease_expires_at
-                .is_null()
-                .or(refunds::lease_expires_at.le(now)),
-        )
-        .order(refunds::updated_at.asc())
-        .limit(limit)
-        .select(RefundRow::as_select())
-        .load(conn)
 }
 
 /// A payment's refunds, newest first (ids are time-ordered), `limit + 1` rows so the

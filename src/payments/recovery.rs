@@ -47,7 +47,7 @@ async fn recover_refunds(state: &AppState) -> Result<usize, ApiError> {
     let idle_since = current - lease(state);
     let abandoned = state
         .db
-        .run(move |conn| refund_rows::list_abandoned(conn, idle_since, current, BATCH))
+        .run(move |conn| refund_rows::find_abandoned(conn, current, idle_since, BATCH))
         .await?;
     let mut count = 0;
     for row in abandoned {

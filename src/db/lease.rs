@@ -1,0 +1,90 @@
+//! The lease protocol, written once for every table whose rows a request owns while they
+//! are unfinished (payments while `processing`, refunds while `pending`).
+//!
+//! A lease names who works on a row (`lease_token`) and until when (`lease_expires_at`).
+//! Every move is one guarded update, so of any number of requests, retries, instances and
+//! recovery workers exactly one owns a row at a time.
+
+/// Defines, in the calling module, `take_over`, `release` and `find_abandoned` for the
+/// table `$table` (its schema module in scope), whose rows load as `$row`, are unfinished
+/// while `status = $unfinished`, and name the provider's object in `$provider_id`.
+macro_rules! lease_protocol {
+    ($table:ident, $row:ty, $unfinished:expr, $provider_id:ident) => {
+        /// Takes over an unfinished row whose lease is free. Returns whether this caller
+        /// won; of many callers at once exactly one does.
+        pub fn take_over(
+            conn: &mut $crate::db::DbConnection,
+            id: &str,
+            token: &str,
+            now: $crate::domain::Timestamp,
+            lease: chrono::Duration,
+        ) -> diesel::QueryResult<bool> {
+            diesel::update(
+                $table::table
+                    .filter($table::id.eq(id))
+                    .filter($table::status.eq($unfinished))
+                    .filter(
+                        $table::lease_expires_at
+                            .is_null()
+                            .or($table::lease_expires_at.le(now)),
+                    ),
+            )
+            .set((
+                $table::lease_token.eq(token),
+                $table::lease_expires_at.eq(now + lease),
+                $table::provider_attempts.eq($table::provider_attempts + 1),
+            ))
+            .execute(conn)
+            .map(|n| n == 1)
+        }
+
+        /// Gives up the lease of an unfinished row (outcome unknown, or pending at the
+        /// provider), so a retry can take it over at once. Only the owner can give it up.
+        pub fn release(
+            conn: &mut $crate::db::DbConnection,
+            id: &str,
+            token: &str,
+            provider_id: Option<&str>,
+            now: $crate::domain::Timestamp,
+        ) -> diesel::QueryResult<bool> {
+            diesel::update(
+                $table::table
+                    .filter($table::id.eq(id))
+                    .filter($table::status.eq($unfinished))
+                    .filter($table::lease_token.eq(token)),
+            )
+            .set((
+                $table::$provider_id.eq(provider_id),
+                $table::lease_token.eq(None::<String>),
+                $table::lease_expires_at.eq(None::<$crate::domain::Timestamp>),
+                $table::updated_at.eq(now),
+            ))
+            .execute(conn)
+            .map(|n| n == 1)
+        }
+
+        /// Unfinished rows nobody owns and nobody has touched since `untouched_since`:
+        /// their request died, or answered 202 and was never retried. Oldest first.
+        pub fn find_abandoned(
+            conn: &mut $crate::db::DbConnection,
+            now: $crate::domain::Timestamp,
+            untouched_since: $crate::domain::Timestamp,
+            limit: i64,
+        ) -> diesel::QueryResult<Vec<$row>> {
+            $table::table
+                .filter($table::status.eq($unfinished))
+                .filter($table::updated_at.le(untouched_since))
+                .filter(
+                    $table::lease_expires_at
+                        .is_null()
+                        .or($table::lease_expires_at.le(now)),
+                )
+                .order($table::updated_at.asc())
+                .limit(limit)
+                .select(<$row>::as_select())
+                .load(conn)
+        }
+    };
+}
+
+pub(crate) use lease_protocol;
