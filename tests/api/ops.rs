@@ -1034,3 +1034,52 @@ fn split_authority_replaces_host_and_port() {
     let (host, _) = split_authority("postgresql://db/app", "h:1");
     assert_eq!(host, "db:5432");
 }
+
+#[actix_web::test]
+async fn an_answer_the_database_missed_is_stored_once_it_is_back() {
+    // A lease far longer than the test: only the background store can finish the payment.
+    let Some((app, proxy, _schema)) = app_behind_proxy(|s| {
+        s.provider_latency = Duration::from_millis(1000);
+        s.processing_lease = Duration::from_secs(120);
+        s.recovery_interval = Duration::from_secs(120);
+    })
+    .await
+    else {
+        return;
+    };
+    assert_eq!(app.get("/v1/payments").await.status, 200);
+    let body = visa(460);
+    let (during, ()) = tokio::join!(app.post_payment("outage-2", &body), async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while app.simulator.charge_calls() == 0 {
+            assert!(Instant::now() < deadline, "the payment never started");
+            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        proxy.cut();
+    });
+    during.assert_problem(503, "service_unavailable");
+
+    proxy.restore();
+    wait_until_ready(&app).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let id = loop {
+        let list = app.get("/v1/payments?status=succeeded").await.json();
+        if let Some(id) = list["data"][0]["id"].as_str() {
+            break id.to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the provider's answer was never stored"
+        );
+        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    };
+    let retry = app.post_payment("outage-2", &body).await;
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retry.json()["id"], id.as_str());
+    assert_eq!(
+        app.simulator.charge_calls(),
+        1,
+        "stored without asking the provider again"
+    );
+}
