@@ -7,5 +7,6 @@ mod ops;
 mod payments;
 mod recovery;
 mod refunds;
+mod schema;
 mod validation;
 mod webhooks;
