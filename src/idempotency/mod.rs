@@ -457,3 +457,29 @@ impl FinalAnswers {
         }
     }
 }
+
+/// Keeps trying to store a final provider answer while the database is unavailable, for at
+/// most `lease` (after that a retry or the recovery worker asks the provider again, with
+/// the same key, and gets the same answer). `store` is one attempt.
+pub async fn store_when_possible<F, Fut>(what: String, lease: Duration, mut store: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Answer, ApiError>>,
+{
+    let deadline = Instant::now() + lease;
+    let mut pause = Duration::from_millis(200);
+    while Instant::now() < deadline {
+        actix_web::rt::time::sleep(pause).await;
+        match store().await {
+            Ok(_) => {
+                tracing::info!(id = %what, "provider answer stored after the database came back");
+                return;
+            }
+            Err(ApiError::ServiceUnavailable) => pause = (pause * 2).min(Duration::from_secs(2)),
+            Err(e) => {
+                tracing::warn!(id = %what, error = %e, "storing the provider's answer failed");
+                return;
+            }
+        }
+    }
+}

@@ -215,7 +215,14 @@ pub async fn drive(state: &AppState, row: PaymentRow, token: String) -> Result<A
                     // The provider answered but the database is away: this request says
                     // 503, and the answer is kept to be stored as soon as the database is
                     // back, so retries then get the replay rather than wait out the lease.
-                    actix_web::rt::spawn(finish_when_possible(state.clone(), row, charge));
+                    let (state, id) = (state.clone(), row.id.clone());
+                    actix_web::rt::spawn(async move {
+                        let lease = state.settings.processing_lease;
+                        idempotency::store_when_possible(id, lease, || {
+                            finish(&state, row.clone(), charge.clone())
+                        })
+                        .await
+                    });
                     return Err(ApiError::ServiceUnavailable);
                 }
                 finished => finished?,
@@ -266,28 +273,6 @@ const FINAL_STATUS: u16 = 201;
 
 /// Records a final provider answer. If someone else (a webhook, another instance) finished
 /// the payment first, their stored answer is the answer.
-/// Keeps trying to store a final provider answer while the database is unavailable, for
-/// as long as the lease would have lasted (then recovery or a retry asks the provider
-/// again, with the same key, and gets the same answer).
-async fn finish_when_possible(state: AppState, row: PaymentRow, charge: Charge) {
-    let deadline = std::time::Instant::now() + state.settings.processing_lease;
-    let mut pause = Duration::from_millis(200);
-    while std::time::Instant::now() < deadline {
-        actix_web::rt::time::sleep(pause).await;
-        match finish(&state, row.clone(), charge.clone()).await {
-            Ok(_) => {
-                tracing::info!(payment_id = %row.id, "payment finished after the database came back");
-                return;
-            }
-            Err(ApiError::ServiceUnavailable) => pause = (pause * 2).min(Duration::from_secs(2)),
-            Err(e) => {
-                tracing::warn!(payment_id = %row.id, error = %e, "storing the provider's answer failed");
-                return;
-            }
-        }
-    }
-}
-
 async fn finish(state: &AppState, row: PaymentRow, charge: Charge) -> Result<Answer, ApiError> {
     let (row, body) = final_state(row, charge, now())?;
     let (id, merchant_id) = (row.id.clone(), row.merchant_id.clone());

@@ -244,10 +244,12 @@ impl PaymentProvider for InProcessProvider {
         request: &'a RefundRequest,
     ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>> {
         Box::pin(async move {
+            // As for charges: the money moves first, then the answer takes its time.
+            let refund = self.simulator.refund(idempotency_key, request);
             if !self.latency.is_zero() {
                 actix_web::rt::time::sleep(self.latency).await;
             }
-            Ok(self.simulator.refund(idempotency_key, request))
+            Ok(refund)
         })
     }
 }

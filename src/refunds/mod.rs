@@ -407,7 +407,21 @@ pub async fn drive(state: &AppState, row: RefundRow, token: String) -> Result<An
     };
     let answer = match state.provider.create_refund(&row.id, &request).await {
         Ok(refund) => match RefundOutcome::from_provider(refund.clone()) {
-            Some(outcome) => finish(state, &row.id, outcome).await?,
+            Some(outcome) => match finish(state, &row.id, outcome.clone()).await {
+                Err(ApiError::ServiceUnavailable) => {
+                    // As for payments: 503 now, the answer stored once the database is back.
+                    let (state, id) = (state.clone(), row.id.clone());
+                    actix_web::rt::spawn(async move {
+                        let lease = state.settings.processing_lease;
+                        idempotency::store_when_possible(id.clone(), lease, || {
+                            finish(&state, &id, outcome.clone())
+                        })
+                        .await
+                    });
+                    return Err(ApiError::ServiceUnavailable);
+                }
+                finished => finished?,
+            },
             None => {
                 tracing::info!(refund_id = %row.id, provider_refund_id = %refund.id, "refund pending at the provider");
                 release(state, row, &token, Some(refund.id)).await?

@@ -1083,3 +1083,46 @@ async fn an_answer_the_database_missed_is_stored_once_it_is_back() {
         "stored without asking the provider again"
     );
 }
+
+#[actix_web::test]
+async fn a_refund_answer_the_database_missed_is_stored_once_it_is_back() {
+    let Some((app, proxy, _schema)) = app_behind_proxy(|s| {
+        s.provider_latency = Duration::from_millis(1000);
+        s.processing_lease = Duration::from_secs(120);
+        s.recovery_interval = Duration::from_secs(120);
+    })
+    .await
+    else {
+        return;
+    };
+    let payment_id = app.paid_payment(800).await;
+    let body = json!({"amount": 300});
+    let (during, ()) = tokio::join!(app.post_refund(&payment_id, "outage-r", &body), async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while app.simulator.refund_calls() == 0 {
+            assert!(Instant::now() < deadline, "the refund never started");
+            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        proxy.cut();
+    });
+    during.assert_problem(503, "service_unavailable");
+
+    proxy.restore();
+    wait_until_ready(&app).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while app.refund_totals(&payment_id).await != (300, 300) {
+        assert!(
+            Instant::now() < deadline,
+            "the provider's refund answer was never stored"
+        );
+        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    let retry = app.post_refund(&payment_id, "outage-r", &body).await;
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(
+        app.simulator.refund_calls(),
+        1,
+        "stored without asking the provider again"
+    );
+}
