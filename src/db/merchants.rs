@@ -1,11 +1,10 @@
 //! Merchants and their API keys (stored only as SHA-256 hashes).
 
 use diesel::prelude::*;
-use sha2::{Digest, Sha256};
 
 use super::schema::{api_keys, merchants};
 use super::{DbConnection, DbError};
-use crate::domain::now;
+use crate::domain::{now, sha256_hex};
 
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = merchants)]
@@ -15,8 +14,7 @@ pub struct Merchant {
 }
 
 pub fn hash_api_key(key: &str) -> String {
-    let digest = Sha256::digest(key.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    sha256_hex(key.as_bytes())
 }
 
 pub fn find_by_api_key(

@@ -2,12 +2,14 @@
 
 mod amount;
 mod currency;
+mod digest;
 mod idempotency_key;
 mod ids;
 mod time;
 
 pub use amount::Amount;
 pub use currency::Currency;
+pub use digest::sha256_hex;
 pub use idempotency_key::IdempotencyKey;
 pub use ids::{PaymentId, RefundId, new_api_key, new_lease_token};
 pub use time::{Timestamp, format_timestamp, now};

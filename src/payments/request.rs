@@ -4,9 +4,8 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
-use crate::domain::{Amount, Currency};
+use crate::domain::{Amount, Currency, sha256_hex};
 use crate::error::ApiError;
 use crate::routes::input::JsonObject;
 
@@ -99,16 +98,12 @@ impl NewPayment {
         };
         // A struct of strings and integers always serialises.
         let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
-        hex(&Sha256::digest(&bytes))
+        sha256_hex(&bytes)
     }
 
     pub fn metadata_json(&self) -> String {
         serde_json::to_string(&self.metadata).unwrap_or_else(|_| "{}".to_owned())
     }
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

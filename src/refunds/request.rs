@@ -2,11 +2,9 @@
 //! valid, and its fingerprint: what makes two refund requests "the same".
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
-use crate::domain::Amount;
+use crate::domain::{Amount, sha256_hex};
 use crate::error::ApiError;
-use crate::payments::request::hex;
 use crate::routes::input::JsonObject;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
@@ -85,7 +83,7 @@ impl NewRefund {
         };
         // A struct of strings and integers always serialises.
         let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
-        hex(&Sha256::digest(&bytes))
+        sha256_hex(&bytes)
     }
 }
 

@@ -13,12 +13,11 @@ pub mod signature;
 use std::time::Duration;
 
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 use crate::db::payments::{self as payment_rows, PaymentRow};
 use crate::db::webhook_events::{self as events, Recorded, WebhookEventRow};
 use crate::db::{Db, DbConnection, DbError};
-use crate::domain::{Timestamp, now};
+use crate::domain::{Timestamp, now, sha256_hex};
 use crate::error::ApiError;
 use crate::metrics::{self, WebhookOutcome};
 use crate::payments::{PaymentStatus, final_state};
@@ -363,13 +362,6 @@ fn log_applied(id: &str, event_type: &str, applied: &Applied) {
             tracing::info!(webhook_id = %id, %event_type, reason = why, "webhook recorded only");
         }
     }
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// Deletes event ids older than [`RETENTION`], [`PRUNE_BATCH`] rows at a time, so no
