@@ -40,13 +40,6 @@ pub struct PaymentRow {
     pub updated_at: Timestamp,
 }
 
-impl PaymentRow {
-    /// Nobody owns the payment: the lease was given up or has run out.
-    pub fn lease_is_free(&self, now: Timestamp) -> bool {
-        self.lease_expires_at.is_none_or(|until| until <= now)
-    }
-}
-
 /// The claim: the insert whose unique (merchant_id, idempotency_key) decides the winner.
 /// A lost race comes back as `UniqueViolation`.
 pub fn insert(conn: &mut DbConnection, row: &PaymentRow) -> QueryResult<()> {

@@ -43,13 +43,6 @@ pub struct RefundRow {
     pub updated_at: Timestamp,
 }
 
-impl RefundRow {
-    /// Nobody owns the refund: the lease was given up or has run out.
-    pub fn lease_is_free(&self, now: Timestamp) -> bool {
-        self.lease_expires_at.is_none_or(|until| until <= now)
-    }
-}
-
 /// What a refund needs to know about its payment.
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = payments)]

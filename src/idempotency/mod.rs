@@ -220,10 +220,22 @@ const POLL_MAX: Duration = Duration::from_millis(250);
 /// lease naming the request that works on it until then.
 pub trait IdempotentRecord {
     fn record_id(&self) -> &str;
+    /// The stored response columns (status, body): set exactly when the record is final.
+    fn stored_response(&self) -> (Option<i32>, Option<&str>);
+    /// Until when the request holding the lease owns the record (none: nobody).
+    fn lease_expires_at(&self) -> Option<Timestamp>;
+
     /// The final answer, if there is one (replayed byte for byte).
-    fn stored_answer(&self) -> Option<Answer>;
+    fn stored_answer(&self) -> Option<Answer> {
+        let (status, body) = self.stored_response();
+        let status = u16::try_from(status?).ok()?;
+        Some(Answer::new(status, body?))
+    }
+
     /// Nobody owns the record: the lease was given up or has run out.
-    fn lease_is_free(&self, now: Timestamp) -> bool;
+    fn lease_is_free(&self, now: Timestamp) -> bool {
+        self.lease_expires_at().is_none_or(|until| until <= now)
+    }
 }
 
 /// What a duplicate request ends with.

@@ -163,18 +163,13 @@ impl IdempotentRecord for PaymentRow {
         &self.id
     }
 
-    fn stored_answer(&self) -> Option<Answer> {
-        stored_answer(self)
+    fn stored_response(&self) -> (Option<i32>, Option<&str>) {
+        (self.response_status, self.response_body.as_deref())
     }
 
-    fn lease_is_free(&self, now: Timestamp) -> bool {
-        PaymentRow::lease_is_free(self, now)
+    fn lease_expires_at(&self) -> Option<Timestamp> {
+        self.lease_expires_at
     }
-}
-
-fn stored_answer(row: &PaymentRow) -> Option<Answer> {
-    let status = u16::try_from(row.response_status?).ok()?;
-    Some(Answer::new(status, row.response_body.clone()?))
 }
 
 pub(crate) fn lease(state: &AppState) -> chrono::Duration {
@@ -285,7 +280,8 @@ async fn finish(state: &AppState, row: PaymentRow, charge: Charge) -> Result<Ans
         .run(move |conn| rows::find(conn, &merchant_id, &id))
         .await?
         .ok_or_else(|| ApiError::internal("payment vanished while finishing"))?;
-    stored_answer(&current)
+    current
+        .stored_answer()
         .ok_or_else(|| ApiError::internal("payment not final after a lost finish"))
 }
 

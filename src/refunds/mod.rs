@@ -305,18 +305,13 @@ impl IdempotentRecord for RefundRow {
         &self.id
     }
 
-    fn stored_answer(&self) -> Option<Answer> {
-        stored_answer(self)
+    fn stored_response(&self) -> (Option<i32>, Option<&str>) {
+        (self.response_status, self.response_body.as_deref())
     }
 
-    fn lease_is_free(&self, now: Timestamp) -> bool {
-        RefundRow::lease_is_free(self, now)
+    fn lease_expires_at(&self) -> Option<Timestamp> {
+        self.lease_expires_at
     }
-}
-
-fn stored_answer(row: &RefundRow) -> Option<Answer> {
-    let status = u16::try_from(row.response_status?).ok()?;
-    Some(Answer::new(status, row.response_body.clone()?))
 }
 
 fn no_such_payment() -> ApiError {
@@ -458,7 +453,8 @@ async fn finish(
             return Err(ApiError::internal("refund vanished while finishing"));
         }
     };
-    stored_answer(&row).ok_or_else(|| ApiError::internal("refund not final after finishing"))
+    row.stored_answer()
+        .ok_or_else(|| ApiError::internal("refund not final after finishing"))
 }
 
 /// The outcome is not known yet: give up the lease so a retry or the recovery worker can
