@@ -102,7 +102,7 @@ async fn claim_or_follow(
     match inserted {
         Ok(()) => {
             tracing::info!(payment_id = %claim.id, "payment claimed");
-            metrics::idempotency("payment", IdempotencyOutcome::Created);
+            metrics::idempotency(RESOURCE, IdempotencyOutcome::Created);
             return drive_detached(state, claim, token).await;
         }
         Err(DbError::UniqueViolation(_)) => {}
@@ -116,7 +116,7 @@ async fn claim_or_follow(
         .await?
         .ok_or_else(|| ApiError::internal("idempotency key conflict without a stored payment"))?;
     if existing.request_fingerprint != claim.request_fingerprint {
-        metrics::idempotency("payment", IdempotencyOutcome::Reused);
+        metrics::idempotency(RESOURCE, IdempotencyOutcome::Reused);
         return Err(ApiError::IdempotencyKeyReused);
     }
     follow(state, existing, wait).await
@@ -151,7 +151,7 @@ async fn follow(state: &AppState, row: PaymentRow, wait: Duration) -> Result<Ans
         },
     )
     .await;
-    idempotency::observe("payment", &followed);
+    idempotency::observe(RESOURCE, &followed);
     match followed? {
         Followed::Answer(answer) => Ok(answer),
         Followed::TakenOver(row, token) => drive_detached(state, row, token).await,

@@ -148,13 +148,16 @@ pub async fn create_refund(
     // answered from memory: final answers never change.
     let fingerprint = request.fingerprint(&payment_id);
     let answers = &state.final_answers;
-    if let Some(answer) = answers.answer("refund", &merchant.id, key.as_str(), &fingerprint) {
+    if let Some(answer) = answers.answer(RESOURCE, &merchant.id, key.as_str(), &fingerprint) {
         return answer;
     }
-    let answer = claim_or_follow(state, merchant, payment_id, &key, request).await?;
-    answers.remember("refund", &merchant.id, key.as_str(), &fingerprint, &answer);
+    let answer = claim_or_follow(state, merchant, payment_id, &key, request, &fingerprint).await?;
+    answers.remember(RESOURCE, &merchant.id, key.as_str(), &fingerprint, &answer);
     Ok(answer)
 }
+
+/// Names refunds in the idempotency scopes and metrics.
+const RESOURCE: &str = "refund";
 
 async fn claim_or_follow(
     state: &AppState,
@@ -162,6 +165,7 @@ async fn claim_or_follow(
     payment_id: String,
     key: &IdempotencyKey,
     request: NewRefund,
+    fingerprint: &str,
 ) -> Result<Answer, ApiError> {
     // An unknown (or another merchant's) payment is answered before anything is stored,
     // like a validation failure: there is nothing a key could be bound to.
@@ -181,7 +185,7 @@ async fn claim_or_follow(
         merchant_id: merchant.id.clone(),
         payment_id: payment.id.clone(),
         idempotency_key: key.as_str().to_owned(),
-        request_fingerprint: request.fingerprint(&payment.id),
+        request_fingerprint: fingerprint.to_owned(),
         amount: requested.unwrap_or(0),
         currency: payment.currency,
         status: PENDING.to_owned(),
@@ -206,7 +210,7 @@ async fn claim_or_follow(
     };
     match claimed {
         Ok(Claimed::Reserved(row)) => {
-            metrics::idempotency("refund", IdempotencyOutcome::Created);
+            metrics::idempotency(RESOURCE, IdempotencyOutcome::Created);
             tracing::info!(refund_id = %row.id, payment_id = %row.payment_id, amount = row.amount, "refund claimed");
             return drive_detached(state, *row, token).await;
         }
@@ -343,7 +347,7 @@ async fn follow(state: &AppState, row: RefundRow) -> Result<Answer, ApiError> {
         },
     )
     .await;
-    idempotency::observe("refund", &followed);
+    idempotency::observe(RESOURCE, &followed);
     match followed? {
         Followed::Answer(answer) => Ok(answer),
         Followed::TakenOver(row, token) => drive_detached(state, row, token).await,
@@ -383,7 +387,7 @@ async fn drive_detached(
 pub async fn drive(state: &AppState, row: RefundRow, token: String) -> Result<Answer, ApiError> {
     let inflight = state.inflight.register(
         &row.id,
-        idempotency::scope_key("refund", &row.merchant_id, &row.idempotency_key),
+        idempotency::scope_key(RESOURCE, &row.merchant_id, &row.idempotency_key),
         &row.request_fingerprint,
     );
     let charge = {
