@@ -177,6 +177,8 @@ async fn claim_or_follow(
             .await?
             .ok_or_else(no_such_payment)?
     };
+    // A succeeded payment's charge never changes: the refund below can use this one.
+    let charge_id = payment.provider_charge_id.clone();
     let created_at = now();
     let token = new_lease_token();
     let requested = request.amount.map(|a| a.minor_units());
@@ -212,7 +214,7 @@ async fn claim_or_follow(
         Ok(Claimed::Reserved(row)) => {
             metrics::idempotency(RESOURCE, IdempotencyOutcome::Created);
             tracing::info!(refund_id = %row.id, payment_id = %row.payment_id, amount = row.amount, "refund claimed");
-            return drive_detached(state, *row, token).await;
+            return drive_detached(state, *row, token, charge_id).await;
         }
         Ok(Claimed::Refused(answer)) => {
             tracing::info!(refund_id = %claim.id, status = answer.status, "refund refused");
@@ -350,7 +352,7 @@ async fn follow(state: &AppState, row: RefundRow) -> Result<Answer, ApiError> {
     idempotency::observe(RESOURCE, &followed);
     match followed? {
         Followed::Answer(answer) => Ok(answer),
-        Followed::TakenOver(row, token) => drive_detached(state, row, token).await,
+        Followed::TakenOver(row, token) => drive_detached(state, row, token, None).await,
     }
 }
 
@@ -366,7 +368,7 @@ pub async fn resume(state: &AppState, row: RefundRow) -> Result<Option<Answer>, 
     if !won {
         return Ok(None);
     }
-    drive_detached(state, row, token).await.map(Some)
+    drive_detached(state, row, token, None).await.map(Some)
 }
 
 /// Runs the provider call on its own task, so that a client hanging up mid-request does
@@ -375,29 +377,41 @@ async fn drive_detached(
     state: &AppState,
     row: RefundRow,
     token: String,
+    charge_id: Option<String>,
 ) -> Result<Answer, ApiError> {
     let state = state.clone();
-    actix_web::rt::spawn(async move { drive(&state, row, token).await })
+    actix_web::rt::spawn(async move { drive(&state, row, token, charge_id).await })
         .await
         .map_err(|e| ApiError::internal(format!("refund task failed: {e}")))?
 }
 
 /// Holds the lease of `row` (whose amount is reserved): asks the provider, with our refund
 /// id as its idempotency key so asking again can never refund twice, and records the answer.
-pub async fn drive(state: &AppState, row: RefundRow, token: String) -> Result<Answer, ApiError> {
+/// `charge_id` is the payment's provider charge when the caller already read it.
+pub async fn drive(
+    state: &AppState,
+    row: RefundRow,
+    token: String,
+    charge_id: Option<String>,
+) -> Result<Answer, ApiError> {
     let inflight = state.inflight.register(
         &row.id,
         idempotency::scope_key(RESOURCE, &row.merchant_id, &row.idempotency_key),
         &row.request_fingerprint,
     );
-    let charge = {
-        let (merchant_id, payment_id) = (row.merchant_id.clone(), row.payment_id.clone());
-        state
-            .db
-            .run(move |conn| rows::find_payment(conn, &merchant_id, &payment_id))
-            .await?
-            .and_then(|p| p.provider_charge_id)
-            .ok_or_else(|| ApiError::internal("refund of a payment without a provider charge"))?
+    let charge = match charge_id {
+        Some(charge) => charge,
+        None => {
+            let (merchant_id, payment_id) = (row.merchant_id.clone(), row.payment_id.clone());
+            state
+                .db
+                .run(move |conn| rows::find_payment(conn, &merchant_id, &payment_id))
+                .await?
+                .and_then(|p| p.provider_charge_id)
+                .ok_or_else(|| {
+                    ApiError::internal("refund of a payment without a provider charge")
+                })?
+        }
     };
     let request = RefundRequest {
         charge,
