@@ -906,6 +906,17 @@ async fn app_behind_proxy(
     Some((app, proxy, pg_schema))
 }
 
+/// Cuts the database once the provider has been called: the claim is committed, the
+/// provider's answer not yet stored.
+async fn cut_once_called(proxy: &Proxy, called: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !called() {
+        assert!(Instant::now() < deadline, "the provider was never called");
+        actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+    }
+    proxy.cut();
+}
+
 async fn wait_until_ready(app: &crate::helpers::TestApp) {
     for _ in 0..120 {
         let ready = app.request("GET", "/health/ready", &[], Vec::new()).await;
@@ -992,15 +1003,10 @@ async fn a_database_outage_during_a_payment_answers_503_and_a_retry_charges_once
     // Warm the API key cache, so only the payment's own writes meet the outage.
     assert_eq!(app.get("/v1/payments").await.status, 200);
     let body = visa(450);
-    let (during, ()) = tokio::join!(app.post_payment("outage-1", &body), async {
-        // The claim is committed and the provider call is under way; then the database goes.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while app.simulator.charge_calls() == 0 && app.payment_rows().await == 0 {
-            assert!(Instant::now() < deadline, "the payment never started");
-            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
-        }
-        proxy.cut();
-    });
+    let (during, ()) = tokio::join!(
+        app.post_payment("outage-1", &body),
+        cut_once_called(&proxy, || app.simulator.charge_calls() > 0)
+    );
     // The provider charged, but the outcome could not be stored: not a 500, not a hang.
     during.assert_problem(503, "service_unavailable");
     assert!(during.header("retry-after").is_some());
@@ -1049,14 +1055,10 @@ async fn an_answer_the_database_missed_is_stored_once_it_is_back() {
     };
     assert_eq!(app.get("/v1/payments").await.status, 200);
     let body = visa(460);
-    let (during, ()) = tokio::join!(app.post_payment("outage-2", &body), async {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while app.simulator.charge_calls() == 0 {
-            assert!(Instant::now() < deadline, "the payment never started");
-            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
-        }
-        proxy.cut();
-    });
+    let (during, ()) = tokio::join!(
+        app.post_payment("outage-2", &body),
+        cut_once_called(&proxy, || app.simulator.charge_calls() > 0)
+    );
     during.assert_problem(503, "service_unavailable");
 
     proxy.restore();
@@ -1097,14 +1099,10 @@ async fn a_refund_answer_the_database_missed_is_stored_once_it_is_back() {
     };
     let payment_id = app.paid_payment(800).await;
     let body = json!({"amount": 300});
-    let (during, ()) = tokio::join!(app.post_refund(&payment_id, "outage-r", &body), async {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while app.simulator.refund_calls() == 0 {
-            assert!(Instant::now() < deadline, "the refund never started");
-            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
-        }
-        proxy.cut();
-    });
+    let (during, ()) = tokio::join!(
+        app.post_refund(&payment_id, "outage-r", &body),
+        cut_once_called(&proxy, || app.simulator.refund_calls() > 0)
+    );
     during.assert_problem(503, "service_unavailable");
 
     proxy.restore();
