@@ -272,22 +272,33 @@ impl MeteredProvider {
     }
 }
 
+/// Times one provider call and counts it by the provider's status (or `unknown`).
+async fn metered<T>(
+    operation: &'static str,
+    call: impl std::future::Future<Output = Result<T, OutcomeUnknown>>,
+    status: impl Fn(&T) -> ProviderStatus,
+) -> Result<T, OutcomeUnknown> {
+    let started = Instant::now();
+    let result = call.await;
+    let outcome = match &result {
+        Ok(answer) => provider_status_label(status(answer)),
+        Err(_) => "unknown",
+    };
+    provider_call(operation, outcome, started.elapsed());
+    result
+}
+
 impl PaymentProvider for MeteredProvider {
     fn create_charge<'a>(
         &'a self,
         idempotency_key: &'a str,
         request: &'a ChargeRequest,
     ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            let result = self.inner.create_charge(idempotency_key, request).await;
-            let outcome = match &result {
-                Ok(charge) => provider_status_label(charge.status),
-                Err(_) => "unknown",
-            };
-            provider_call("charge", outcome, started.elapsed());
-            result
-        })
+        Box::pin(metered(
+            "charge",
+            self.inner.create_charge(idempotency_key, request),
+            |charge| charge.status,
+        ))
     }
 
     fn create_refund<'a>(
@@ -295,16 +306,11 @@ impl PaymentProvider for MeteredProvider {
         idempotency_key: &'a str,
         request: &'a RefundRequest,
     ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            let result = self.inner.create_refund(idempotency_key, request).await;
-            let outcome = match &result {
-                Ok(refund) => provider_status_label(refund.status),
-                Err(_) => "unknown",
-            };
-            provider_call("refund", outcome, started.elapsed());
-            result
-        })
+        Box::pin(metered(
+            "refund",
+            self.inner.create_refund(idempotency_key, request),
+            |refund| refund.status,
+        ))
     }
 }
 
