@@ -49,6 +49,53 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// HTTP worker threads; `None` = one per core.
     pub workers: Option<usize>,
+    /// How long a `requires_capture` payment stays capturable before the service cancels it.
+    pub authorization_expiry: Duration,
+    /// How long events and their deliveries are kept.
+    pub event_retention: chrono::TimeDelta,
+    /// Delays between delivery attempts to merchant endpoints: N delays, N + 1 attempts.
+    pub webhook_retry_schedule: Vec<Duration>,
+    /// How long one delivery attempt may take.
+    pub webhook_timeout: Duration,
+    /// An endpoint whose attempts have all failed for this long is disabled.
+    pub webhook_disable_after: Duration,
+    /// Lets merchant endpoints point at loopback/private addresses (development, tests).
+    pub webhook_allow_private_urls: bool,
+    /// API requests per second per merchant, per instance; `None` = no limit.
+    pub rate_limit_per_second: Option<u32>,
+    /// `false` behind a pooler in transaction mode that cannot keep named statements.
+    pub database_prepared_statements: bool,
+}
+
+/// `WEBHOOK_RETRY_SCHEDULE`'s default: 8 attempts over about 32 hours.
+pub const DEFAULT_WEBHOOK_RETRY_SCHEDULE: &str = "5s,5m,30m,2h,5h,10h,10h";
+
+/// Parses a comma-separated list of durations, each a whole number with a unit
+/// (`ms`, `s`, `m`, `h`, `d`): `5s,5m,30m`.
+pub fn parse_schedule(text: &str) -> Result<Vec<Duration>, String> {
+    text.split(',')
+        .map(str::trim)
+        .map(|item| {
+            let split = item
+                .find(|c: char| !c.is_ascii_digit())
+                .ok_or_else(|| format!("{item:?} has no unit (ms, s, m, h or d)"))?;
+            let (number, unit) = item.split_at(split);
+            let n: u64 = number
+                .parse()
+                .map_err(|_| format!("{item:?} does not start with a whole number"))?;
+            let millis = match unit {
+                "ms" => Some(n),
+                "s" => n.checked_mul(1000),
+                "m" => n.checked_mul(60_000),
+                "h" => n.checked_mul(3_600_000),
+                "d" => n.checked_mul(86_400_000),
+                _ => return Err(format!("{item:?}: unknown unit (ms, s, m, h or d)")),
+            };
+            millis
+                .map(Duration::from_millis)
+                .ok_or_else(|| format!("{item:?} is too long"))
+        })
+        .collect()
 }
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/payments.db";
@@ -93,7 +140,8 @@ impl Settings {
         };
 
         let database_url = get("DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
-        crate::db::DatabaseTarget::parse(&database_url)?;
+        crate::db::DatabaseTarget::parse(&database_url)
+            .map_err(|why| ConfigError::new("DATABASE_URL", why))?;
 
         let bind_addr = get("BIND_ADDR").unwrap_or_else(|| "127.0.0.1:8080".to_owned());
         if bind_addr.parse::<std::net::SocketAddr>().is_err() {
@@ -130,7 +178,7 @@ impl Settings {
         }
         for (position, secret) in webhook_secrets.iter().enumerate() {
             // The message names the position, never the secret.
-            crate::webhooks::WebhookSecret::parse(secret).map_err(|why| {
+            crate::signing::WebhookSecret::parse(secret).map_err(|why| {
                 ConfigError::new(
                     "WEBHOOK_SECRETS",
                     format!("secret #{}: {why}", position + 1),
@@ -159,6 +207,23 @@ impl Settings {
             ));
         }
 
+        let flag = |name: &'static str, default: bool| match get(name).as_deref().map(str::trim) {
+            None => Ok(default),
+            Some("true" | "on" | "1") => Ok(true),
+            Some("false" | "off" | "0") => Ok(false),
+            Some(other) => Err(ConfigError::new(
+                name,
+                format!("expected true/false (or on/off), got {other:?}"),
+            )),
+        };
+        let webhook_retry_schedule = parse_schedule(
+            get("WEBHOOK_RETRY_SCHEDULE")
+                .as_deref()
+                .unwrap_or(DEFAULT_WEBHOOK_RETRY_SCHEDULE),
+        )
+        .map_err(|why| ConfigError::new("WEBHOOK_RETRY_SCHEDULE", why))?;
+        let rate_limit = number("RATE_LIMIT_PER_SECOND", 0, 0..=1_000_000)?;
+
         Ok(Self {
             database_url,
             database_pool_size: number("DATABASE_POOL_SIZE", 16, 1..=1000)?,
@@ -178,6 +243,18 @@ impl Settings {
                 None => None,
                 Some(_) => Some(number("WORKERS", 1, 1..=256)? as usize),
             },
+            authorization_expiry: millis("AUTHORIZATION_EXPIRY_MS", 604_800_000, 1)?,
+            event_retention: chrono::TimeDelta::days(i64::from(number(
+                "EVENT_RETENTION_DAYS",
+                30,
+                1..=36_500,
+            )?)),
+            webhook_retry_schedule,
+            webhook_timeout: millis("WEBHOOK_TIMEOUT_MS", 10_000, 1)?,
+            webhook_disable_after: millis("WEBHOOK_DISABLE_AFTER_MS", 432_000_000, 1)?,
+            webhook_allow_private_urls: flag("WEBHOOK_ALLOW_PRIVATE_URLS", false)?,
+            rate_limit_per_second: (rate_limit > 0).then_some(rate_limit),
+            database_prepared_statements: flag("DATABASE_PREPARED_STATEMENTS", true)?,
         })
     }
 }
@@ -207,6 +284,52 @@ mod tests {
         assert_eq!(s.log_format, LogFormat::Pretty);
         assert_eq!(s.provider_async_delay, Duration::from_millis(1000));
         assert!(s.webhook_secrets.is_empty());
+        assert_eq!(s.authorization_expiry, Duration::from_millis(604_800_000));
+        assert_eq!(s.event_retention, chrono::TimeDelta::days(30));
+        let minutes = |m: u64| Duration::from_secs(m * 60);
+        assert_eq!(
+            s.webhook_retry_schedule,
+            [
+                Duration::from_secs(5),
+                minutes(5),
+                minutes(30),
+                minutes(120),
+                minutes(300),
+                minutes(600),
+                minutes(600)
+            ]
+        );
+        assert_eq!(s.webhook_timeout, Duration::from_millis(10_000));
+        assert_eq!(s.webhook_disable_after, Duration::from_millis(432_000_000));
+        assert!(!s.webhook_allow_private_urls);
+        assert_eq!(s.rate_limit_per_second, None);
+        assert!(s.database_prepared_statements);
+    }
+
+    #[test]
+    fn new_settings_parse_their_forms() {
+        let s = settings(&[
+            ("WEBHOOK_RETRY_SCHEDULE", "100ms, 1s,2m"),
+            ("WEBHOOK_ALLOW_PRIVATE_URLS", "true"),
+            ("RATE_LIMIT_PER_SECOND", "25"),
+            ("DATABASE_PREPARED_STATEMENTS", "off"),
+            ("EVENT_RETENTION_DAYS", "7"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.webhook_retry_schedule,
+            [
+                Duration::from_millis(100),
+                Duration::from_secs(1),
+                Duration::from_secs(120)
+            ]
+        );
+        assert!(s.webhook_allow_private_urls);
+        assert_eq!(s.rate_limit_per_second, Some(25));
+        assert!(!s.database_prepared_statements);
+        assert_eq!(s.event_retention, chrono::TimeDelta::days(7));
+        let unlimited = settings(&[("RATE_LIMIT_PER_SECOND", "0")]).unwrap();
+        assert_eq!(unlimited.rate_limit_per_second, None);
     }
 
     #[test]
@@ -242,6 +365,16 @@ mod tests {
             ),
             ("WEBHOOK_SECRETS", "whsec_AAAA"),
             ("WEBHOOK_SECRETS", " , "),
+            ("AUTHORIZATION_EXPIRY_MS", "week"),
+            ("EVENT_RETENTION_DAYS", "0"),
+            ("WEBHOOK_RETRY_SCHEDULE", "5s,soon"),
+            ("WEBHOOK_RETRY_SCHEDULE", "5"),
+            ("WEBHOOK_RETRY_SCHEDULE", "5x"),
+            ("WEBHOOK_TIMEOUT_MS", "0"),
+            ("WEBHOOK_DISABLE_AFTER_MS", "x"),
+            ("WEBHOOK_ALLOW_PRIVATE_URLS", "maybe"),
+            ("RATE_LIMIT_PER_SECOND", "-1"),
+            ("DATABASE_PREPARED_STATEMENTS", "sometimes"),
         ] {
             let err = settings(&[(name, value)]).err().expect(name);
             assert_eq!(err.variable, name);

@@ -39,8 +39,16 @@ pub enum ApiError {
     IdempotencyKeyReused,
     #[error("{0}")]
     AmountExceedsRefundable(String),
+    #[error("{0}")]
+    PaymentNotCapturable(String),
+    #[error("{0}")]
+    PaymentNotCancelable(String),
+    #[error("{0}")]
+    AmountExceedsCapturable(String),
     #[error("the database is unavailable; retry later")]
     ServiceUnavailable,
+    #[error("too many requests for this merchant (over RATE_LIMIT_PER_SECOND); retry later")]
+    RateLimited { retry_after_secs: u64 },
     /// The cause is logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -97,7 +105,11 @@ impl ApiError {
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::IdempotencyKeyReused => "idempotency_key_reused",
             Self::AmountExceedsRefundable(_) => "amount_exceeds_refundable",
+            Self::PaymentNotCapturable(_) => "payment_not_capturable",
+            Self::PaymentNotCancelable(_) => "payment_not_cancelable",
+            Self::AmountExceedsCapturable(_) => "amount_exceeds_capturable",
             Self::ServiceUnavailable => "service_unavailable",
+            Self::RateLimited { .. } => "rate_limited",
             Self::Internal(_) => "internal_error",
         }
     }
@@ -118,7 +130,11 @@ impl ApiError {
             Self::UnsupportedMediaType => "Unsupported media type",
             Self::IdempotencyKeyReused => "Idempotency-Key reused",
             Self::AmountExceedsRefundable(_) => "Amount exceeds refundable",
+            Self::PaymentNotCapturable(_) => "Payment not capturable",
+            Self::PaymentNotCancelable(_) => "Payment not cancelable",
+            Self::AmountExceedsCapturable(_) => "Amount exceeds capturable",
             Self::ServiceUnavailable => "Service unavailable",
+            Self::RateLimited { .. } => "Rate limited",
             Self::Internal(_) => "Internal server error",
         }
     }
@@ -166,13 +182,16 @@ impl ResponseError for ApiError {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::IdempotencyKeyInUse { .. }
             | Self::PaymentNotRefundable(_)
+            | Self::PaymentNotCapturable(_)
+            | Self::PaymentNotCancelable(_)
             | Self::WebhookIdConflict => StatusCode::CONFLICT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::IdempotencyKeyReused | Self::AmountExceedsRefundable(_) => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            Self::IdempotencyKeyReused
+            | Self::AmountExceedsRefundable(_)
+            | Self::AmountExceedsCapturable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -185,7 +204,8 @@ impl ResponseError for ApiError {
         let mut response = HttpResponse::build(status);
         response.insert_header((header::CONTENT_TYPE, PROBLEM_JSON));
         match self {
-            Self::IdempotencyKeyInUse { retry_after_secs } => {
+            Self::IdempotencyKeyInUse { retry_after_secs }
+            | Self::RateLimited { retry_after_secs } => {
                 response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
             }
             Self::ServiceUnavailable => {

@@ -2,18 +2,28 @@
 //! request is sent, by however many clients, through whatever crash or lost response.
 
 pub mod auth;
+pub mod body;
 pub mod config;
 pub mod db;
+pub mod deliveries;
 pub mod domain;
 pub mod error;
+pub mod events;
 pub mod idempotency;
 pub mod metrics;
-pub mod openapi;
+pub mod operations;
 pub mod payments;
 pub mod provider;
+pub mod rate_limit;
 pub mod refunds;
 pub mod routes;
 pub mod shutdown;
+pub mod signing;
 pub mod startup;
+pub mod state;
 pub mod telemetry;
+pub mod webhook_endpoints;
 pub mod webhooks;
+
+/// The OpenAPI document, built from the route table.
+pub use routes::openapi;

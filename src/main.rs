@@ -1,18 +1,108 @@
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
+use chrono::SecondsFormat;
+use clap::{Parser, Subcommand};
 use payments_api::config::Settings;
-use payments_api::db::merchants;
-use payments_api::domain::new_api_key;
+use payments_api::db::merchants::{self, ApiKey, Revocation};
+use payments_api::db::{Db, DbConnection};
+use payments_api::domain::{Timestamp, new_api_key};
 use payments_api::startup::{Application, connect_and_migrate};
 use payments_api::telemetry;
 use payments_api::webhooks::WebhookSecret;
 
-const USAGE: &str = "usage: payments-api [serve | migrate | api-keys create --merchant NAME]";
+/// An idempotent payment API: a payment request, however often it is sent, charges at most
+/// once.
+///
+/// Settings come from the environment (or a .env file): DATABASE_URL, BIND_ADDR,
+/// BOOTSTRAP_API_KEY, RATE_LIMIT_PER_SECOND, … (see the README). With no command, `serve`.
+#[derive(Parser)]
+#[command(name = "payments-api", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP service (the default when no command is given).
+    ///
+    /// Applies pending migrations first. With no BOOTSTRAP_API_KEY or WEBHOOK_SECRETS set,
+    /// generates a demo key and a webhook secret and logs them once.
+    Serve,
+    /// Apply pending database migrations to DATABASE_URL, then exit.
+    Migrate,
+    /// Create, list and revoke merchants' API keys (in the database of DATABASE_URL).
+    ///
+    /// Rotation: `create` a new key, switch the client to it, `revoke` the old one. A
+    /// merchant may hold any number of keys.
+    #[command(subcommand)]
+    ApiKeys(ApiKeysCommand),
+}
+
+#[derive(Subcommand)]
+enum ApiKeysCommand {
+    /// Create an API key for a merchant; creates the merchant if it does not exist yet.
+    ///
+    /// Prints the key once, on stdout: only its hash is stored, so it cannot be shown
+    /// again. Prints the key's id (key_…) on stderr, with a note when the merchant was new.
+    Create {
+        /// The merchant's name (1 to 255 characters); a merchant of this name is created
+        /// when there is none.
+        #[arg(long, value_name = "NAME", value_parser = merchant_name)]
+        merchant: String,
+        /// A note to tell the key apart in `api-keys list` (1 to 200 characters), e.g.
+        /// "checkout servers, 2026-11".
+        #[arg(long, value_name = "TEXT", value_parser = label)]
+        label: Option<String>,
+    },
+    /// List API keys, oldest first, one line per key; never the key itself.
+    ///
+    /// Tab-separated fields: id, merchant, label ("-" when none), created (UTC), the key's
+    /// last 4 characters ("????" for keys created before keys had ids: only their hash was
+    /// ever stored), and "active" or "revoked <time>". A header line is printed only when
+    /// stdout is a terminal.
+    List {
+        /// Only this merchant's keys (an unknown merchant is an error).
+        #[arg(long, value_name = "NAME", value_parser = merchant_name)]
+        merchant: Option<String>,
+    },
+    /// Revoke an API key by its id (see `api-keys list`).
+    ///
+    /// Every running instance answers 401 to the key within 5 seconds; requests that had
+    /// already been authenticated finish. Revoking a revoked key changes nothing.
+    Revoke {
+        /// The key's id, `key_…` (not the key itself).
+        #[arg(value_name = "KEY_ID")]
+        key_id: String,
+    },
+}
+
+/// Trimmed, 1 to `max` characters, none of them control characters (a tab or a newline
+/// would break the one-line-per-key listing).
+fn one_line(raw: &str, max: usize) -> Result<String, String> {
+    let text = raw.trim();
+    if !(1..=max).contains(&text.chars().count()) || text.chars().any(char::is_control) {
+        return Err(format!(
+            "expected 1 to {max} characters, no control characters"
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+fn merchant_name(raw: &str) -> Result<String, String> {
+    one_line(raw, 255)
+}
+
+fn label(raw: &str) -> Result<String, String> {
+    one_line(raw, 200)
+}
 
 fn main() -> ExitCode {
+    // Usage errors exit 2, `--help` and `--version` 0, before any setting is read.
+    let cli = Cli::parse();
     // A .env file may supply settings; a missing one is fine.
     let _ = dotenvy::dotenv();
-    let args: Vec<String> = std::env::args().skip(1).collect();
     let settings = match Settings::from_env() {
         Ok(s) => s,
         Err(e) => {
@@ -20,22 +110,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    telemetry::init(settings.log_format);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let result = match args.as_slice() {
-        [] | ["serve"] => serve(settings),
-        ["migrate"] => connect_and_migrate(&settings)
-            .map(|_| println!("migrations applied"))
-            .map_err(|e| e.to_string()),
-        ["api-keys", "create", "--merchant", name] => create_api_key(&settings, name),
-        ["-h" | "--help" | "help"] => {
-            println!("{USAGE}");
-            Ok(())
+    let result = match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => {
+            telemetry::init(settings.log_format);
+            serve(settings)
         }
-        _ => {
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
+        // The other commands log nothing: their stdout is their output, for scripts.
+        Command::Migrate => connect(settings).map(|_| println!("migrations applied")),
+        Command::ApiKeys(command) => connect(settings).and_then(|db| api_keys(&db, command)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -46,23 +128,114 @@ fn main() -> ExitCode {
     }
 }
 
-fn create_api_key(settings: &Settings, merchant: &str) -> Result<(), String> {
-    let name = merchant.trim();
-    if name.is_empty() || name.len() > 255 {
-        return Err("--merchant must be 1 to 255 characters".to_owned());
-    }
-    let db = connect_and_migrate(settings).map_err(|e| e.to_string())?;
+/// The database, migrated; one connection is all a command needs.
+fn connect(mut settings: Settings) -> Result<Db, String> {
+    settings.database_pool_size = 1;
+    connect_and_migrate(&settings).map_err(|e| e.to_string())
+}
+
+fn api_keys(db: &Db, command: ApiKeysCommand) -> Result<(), String> {
     let mut conn = db.pool().get().map_err(|e| e.to_string())?;
-    let merchant = merchants::ensure_merchant(&mut conn, name).map_err(|e| e.to_string())?;
+    let conn: &mut DbConnection = &mut conn;
+    match command {
+        ApiKeysCommand::Create { merchant, label } => create_key(conn, &merchant, label),
+        ApiKeysCommand::List { merchant } => list_keys(conn, merchant.as_deref()),
+        ApiKeysCommand::Revoke { key_id } => revoke_key(conn, &key_id),
+    }
+}
+
+fn create_key(
+    conn: &mut DbConnection,
+    merchant: &str,
+    label: Option<String>,
+) -> Result<(), String> {
+    let existed = merchants::find_by_name(conn, merchant)
+        .map_err(|e| e.to_string())?
+        .is_some();
+    let merchant = merchants::ensure_merchant(conn, merchant).map_err(|e| e.to_string())?;
     let key = new_api_key();
-    merchants::ensure_api_key(&mut conn, &merchant, &key).map_err(|e| e.to_string())?;
+    let created = merchants::create_api_key(conn, &merchant, &key, label.as_deref())
+        .map_err(|e| e.to_string())?;
     // Shown once: only its hash is stored.
     println!("{key}");
+    eprintln!("{}", created.id);
+    if !existed {
+        eprintln!(
+            "payments-api: created merchant {:?} ({})",
+            merchant.name, merchant.id
+        );
+    }
     eprintln!(
-        "API key created for merchant {:?} ({}); it is not shown again",
-        merchant.name, merchant.id
+        "payments-api: the key above (stdout) authenticates merchant {:?}; it is not shown again",
+        merchant.name
     );
     Ok(())
+}
+
+fn list_keys(conn: &mut DbConnection, merchant: Option<&str>) -> Result<(), String> {
+    if let Some(name) = merchant
+        && merchants::find_by_name(conn, name)
+            .map_err(|e| e.to_string())?
+            .is_none()
+    {
+        return Err(format!("no merchant named {name:?}"));
+    }
+    let keys = merchants::list_api_keys(conn, merchant).map_err(|e| e.to_string())?;
+    if std::io::stdout().is_terminal() {
+        println!("ID\tMERCHANT\tLABEL\tCREATED\tLAST4\tSTATUS");
+    }
+    for (key, merchant) in keys {
+        println!("{}", key_line(&key, &merchant));
+    }
+    Ok(())
+}
+
+fn utc(t: Timestamp) -> String {
+    t.and_utc().to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// One line of `api-keys list`. It cannot show the key: the row holds only its hash.
+fn key_line(key: &ApiKey, merchant: &str) -> String {
+    let status = match key.revoked_at {
+        Some(at) => format!("revoked {}", utc(at)),
+        None => "active".to_owned(),
+    };
+    format!(
+        "{}\t{}\t{}\t{}\t{}\t{}",
+        key.id,
+        merchant,
+        key.label.as_deref().unwrap_or("-"),
+        utc(key.created_at),
+        key.last4.as_deref().unwrap_or("????"),
+        status
+    )
+}
+
+fn revoke_key(conn: &mut DbConnection, key_id: &str) -> Result<(), String> {
+    // Checked here rather than by clap, whose message would echo the value: it may be a
+    // key pasted by mistake.
+    if !merchants::is_api_key_id(key_id) {
+        return Err(
+            "KEY_ID must be a key id like key_0190… (32 hex digits), not a key; \
+                    `api-keys list` shows them"
+                .to_owned(),
+        );
+    }
+    match merchants::revoke_api_key(conn, key_id).map_err(|e| e.to_string())? {
+        Revocation::Revoked(key) => {
+            println!(
+                "revoked {} (merchant {}); every instance answers 401 to it within 5 s",
+                key.id, key.merchant_id
+            );
+            Ok(())
+        }
+        Revocation::AlreadyRevoked(key) => {
+            let at = key.revoked_at.map(utc).unwrap_or_default();
+            println!("{} was already revoked at {at}; nothing changed", key.id);
+            Ok(())
+        }
+        Revocation::NotFound => Err(format!("no API key with id {key_id}")),
+    }
 }
 
 fn serve(mut settings: Settings) -> Result<(), String> {

@@ -8,17 +8,12 @@
 //! `metrics::webhook(WebhookOutcome::Duplicate)`, `metrics::recovery("resumed")`.
 
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix_web::http::Method;
-use futures_util::future::LocalBoxFuture;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
-};
-
-use crate::provider::{
-    Charge, ChargeRequest, OutcomeUnknown, PaymentProvider, ProviderRefund, ProviderStatus,
-    RefundRequest,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
 };
 
 /// Seconds; from a fast in-process simulator up to the provider timeout and its retries.
@@ -35,9 +30,13 @@ struct Metrics {
     provider_duration: HistogramVec,
     webhooks: IntCounterVec,
     recovery: IntCounterVec,
+    webhook_deliveries: IntCounterVec,
+    webhook_delivery_duration: HistogramVec,
+    webhook_delivery_oldest_pending: IntGauge,
     pool_connections: IntGauge,
     pool_idle: IntGauge,
     pool_max: IntGauge,
+    rate_limited: IntCounter,
 }
 
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -115,6 +114,24 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
             "What the recovery worker did with abandoned work, by action.",
             &["action"],
         ),
+        webhook_deliveries: counter(
+            &r,
+            "webhook_deliveries_total",
+            "Delivery attempts to merchants' webhook endpoints, by outcome: succeeded, \
+             retrying (failed, another attempt scheduled), failed (given up, or 410).",
+            &["outcome"],
+        ),
+        webhook_delivery_duration: histogram(
+            &r,
+            "webhook_delivery_attempt_duration_seconds",
+            "Time of one delivery attempt to a merchant's endpoint (lookup, connect, answer).",
+            &[],
+        ),
+        webhook_delivery_oldest_pending: gauge(
+            &r,
+            "webhook_delivery_oldest_pending_seconds",
+            "Age of the oldest delivery still waiting for an enabled endpoint (0: none).",
+        ),
         pool_connections: gauge(
             &r,
             "db_pool_connections",
@@ -122,6 +139,17 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         ),
         pool_idle: gauge(&r, "db_pool_idle_connections", "Idle database connections."),
         pool_max: gauge(&r, "db_pool_max_connections", "Pool size limit."),
+        rate_limited: {
+            // No merchant label: ids never become label values (see the module docs).
+            let metric = IntCounter::new(
+                "rate_limited_requests_total",
+                "Requests answered 429 rate_limited: a merchant over RATE_LIMIT_PER_SECOND.",
+            )
+            .expect("valid counter");
+            r.register(Box::new(metric.clone()))
+                .expect("unique metric name");
+            metric
+        },
         registry: r,
     };
     // Known series start at 0, so they are on the page (and `rate()` works) before the
@@ -140,6 +168,9 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         metrics
             .provider_calls
             .with_label_values(&["charge", outcome]);
+    }
+    for outcome in ["succeeded", "retrying", "failed"] {
+        metrics.webhook_deliveries.with_label_values(&[outcome]);
     }
     for outcome in [
         WebhookOutcome::Accepted,
@@ -239,6 +270,21 @@ pub fn recovery(action: &'static str) {
     METRICS.recovery.with_label_values(&[action]).inc();
 }
 
+/// One attempt to deliver an event to a merchant's endpoint; `outcome` is `succeeded`,
+/// `retrying` or `failed`.
+pub fn webhook_delivery(outcome: &'static str, elapsed: Duration) {
+    let m = &*METRICS;
+    m.webhook_deliveries.with_label_values(&[outcome]).inc();
+    m.webhook_delivery_duration
+        .with_label_values::<&str>(&[])
+        .observe(elapsed.as_secs_f64());
+}
+
+/// The age, in seconds, of the oldest delivery still waiting.
+pub fn webhook_delivery_backlog(oldest_age_secs: i64) {
+    METRICS.webhook_delivery_oldest_pending.set(oldest_age_secs);
+}
+
 /// One provider call: `operation` is `"charge"` or `"refund"`; `outcome` the provider's
 /// status (`succeeded`, `failed`, `pending`) or `unknown` (timeout, 5xx, broken connection).
 pub fn provider_call(operation: &'static str, outcome: &'static str, elapsed: Duration) {
@@ -251,67 +297,9 @@ pub fn provider_call(operation: &'static str, outcome: &'static str, elapsed: Du
         .observe(elapsed.as_secs_f64());
 }
 
-pub fn provider_status_label(status: ProviderStatus) -> &'static str {
-    match status {
-        ProviderStatus::Succeeded => "succeeded",
-        ProviderStatus::Failed => "failed",
-        ProviderStatus::Pending => "pending",
-    }
-}
-
-/// Counts and times every call through the [`PaymentProvider`] port, whichever flow makes
-/// it (a request, a retry taking over, the recovery worker) and whichever provider sits
-/// behind it (simulator or HTTP).
-pub struct MeteredProvider {
-    inner: std::sync::Arc<dyn PaymentProvider>,
-}
-
-impl MeteredProvider {
-    pub fn new(inner: std::sync::Arc<dyn PaymentProvider>) -> Self {
-        Self { inner }
-    }
-}
-
-/// Times one provider call and counts it by the provider's status (or `unknown`).
-async fn metered<T>(
-    operation: &'static str,
-    call: impl std::future::Future<Output = Result<T, OutcomeUnknown>>,
-    status: impl Fn(&T) -> ProviderStatus,
-) -> Result<T, OutcomeUnknown> {
-    let started = Instant::now();
-    let result = call.await;
-    let outcome = match &result {
-        Ok(answer) => provider_status_label(status(answer)),
-        Err(_) => "unknown",
-    };
-    provider_call(operation, outcome, started.elapsed());
-    result
-}
-
-impl PaymentProvider for MeteredProvider {
-    fn create_charge<'a>(
-        &'a self,
-        idempotency_key: &'a str,
-        request: &'a ChargeRequest,
-    ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>> {
-        Box::pin(metered(
-            "charge",
-            self.inner.create_charge(idempotency_key, request),
-            |charge| charge.status,
-        ))
-    }
-
-    fn create_refund<'a>(
-        &'a self,
-        idempotency_key: &'a str,
-        request: &'a RefundRequest,
-    ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>> {
-        Box::pin(metered(
-            "refund",
-            self.inner.create_refund(idempotency_key, request),
-            |refund| refund.status,
-        ))
-    }
+/// One request refused with 429 `rate_limited`.
+pub fn rate_limited() {
+    METRICS.rate_limited.inc();
 }
 
 /// The pool as it is at scrape time.
@@ -343,6 +331,8 @@ mod tests {
         webhook(WebhookOutcome::Accepted);
         recovery("payment_resumed");
         provider_call("charge", "succeeded", Duration::from_millis(3));
+        webhook_delivery("succeeded", Duration::from_millis(3));
+        webhook_delivery_backlog(0);
         let text = render().unwrap();
         for family in [
             "http_requests_total",
@@ -354,6 +344,10 @@ mod tests {
             "recovery_actions_total",
             "db_pool_connections",
             "db_pool_idle_connections",
+            "webhook_deliveries_total",
+            "webhook_delivery_attempt_duration_seconds_bucket",
+            "webhook_delivery_oldest_pending_seconds",
+            "rate_limited_requests_total",
         ] {
             assert!(text.contains(family), "{family} missing from:\n{text}");
         }

@@ -16,22 +16,12 @@ use crate::idempotency::{FinalAnswers, InFlight};
 use crate::provider::{
     HttpProvider, InProcessProvider, PaymentProvider, RetryPolicy, Simulator, WebhookDelivery,
 };
+use crate::rate_limit::RateLimits;
 use crate::routes;
 use crate::shutdown::{Shutdown, WORKER_GRACE};
-use crate::webhooks::{self, WebhookSecret};
-
-/// Shared by every worker and background task.
-#[derive(Clone)]
-pub struct AppState {
-    pub db: Db,
-    pub provider: Arc<dyn PaymentProvider>,
-    pub settings: Arc<Settings>,
-    pub inflight: InFlight,
-    pub api_keys: ApiKeyCache,
-    pub final_answers: FinalAnswers,
-    /// Background tasks spawn through this and stop when it fires (see [`Shutdown`]).
-    pub shutdown: Shutdown,
-}
+use crate::signing::WebhookSecret;
+use crate::state::{AppState, RequestId};
+use crate::webhooks;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -55,9 +45,14 @@ pub struct Application {
 
 /// Opens the pool and brings the schema up to date.
 pub fn connect_and_migrate(settings: &Settings) -> Result<Db, StartupError> {
-    let target = DatabaseTarget::parse(&settings.database_url)?;
-    let pool =
-        db::build_pool(target, settings.database_pool_size).map_err(StartupError::Database)?;
+    let target = DatabaseTarget::parse(&settings.database_url)
+        .map_err(|why| crate::config::ConfigError::new("DATABASE_URL", why))?;
+    let pool = db::build_pool(
+        target,
+        settings.database_pool_size,
+        settings.database_prepared_statements,
+    )
+    .map_err(StartupError::Database)?;
     let mut conn = pool
         .get()
         .map_err(|e| StartupError::Database(format!("cannot connect to the database: {e}")))?;
@@ -110,10 +105,11 @@ impl Application {
             }
         };
         let provider: Arc<dyn PaymentProvider> =
-            Arc::new(crate::metrics::MeteredProvider::new(provider));
+            Arc::new(crate::provider::MeteredProvider::new(provider));
 
         let state = AppState {
             db,
+            rate_limits: RateLimits::new(settings.rate_limit_per_second),
             provider,
             settings: Arc::new(settings),
             inflight: InFlight::default(),
@@ -130,6 +126,8 @@ impl Application {
             });
         }
         webhooks::spawn_retention_task(&state);
+        crate::events::spawn_retention_task(&state);
+        crate::deliveries::spawn_worker(&state);
         Ok(Self {
             port,
             server,
@@ -230,10 +228,6 @@ fn into_diesel(e: db::DbError) -> diesel::result::Error {
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The caller's request id if it is a sane token, else a new one.
-#[derive(Clone, Debug)]
-pub struct RequestId(pub String);
-
 fn request_id_of(req: &actix_web::dev::ServiceRequest) -> String {
     req.headers()
         .get(&REQUEST_ID)
@@ -268,7 +262,7 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
                     let merchant = res
                         .request()
                         .extensions()
-                        .get::<crate::auth::MerchantId>()
+                        .get::<crate::routes::authenticate::MerchantId>()
                         .map(|m| m.0.clone());
                     let elapsed = started.elapsed();
                     crate::metrics::http_request(&method, &route, res.status().as_u16(), elapsed);

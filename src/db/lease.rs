@@ -5,7 +5,8 @@
 //! Every move is one guarded update, so of any number of requests, retries, instances and
 //! recovery workers exactly one owns a row at a time.
 
-/// Defines, in the calling module, `take_over`, `release` and `find_abandoned` for the
+/// Defines, in the calling module, `find_by_id`, `lock_unfinished`, `take_over`, `release`
+/// and `find_abandoned` for the
 /// table `$table` (its schema module in scope), whose rows load as `$row`, are unfinished
 /// while `status = $unfinished`, and name the provider's object in `$provider_id`.
 macro_rules! lease_protocol {
@@ -59,6 +60,36 @@ macro_rules! lease_protocol {
                 $table::lease_expires_at.eq(None::<$crate::domain::Timestamp>),
                 $table::updated_at.eq(now),
             ))
+            .execute(conn)
+            .map(|n| n == 1)
+        }
+
+        /// A row by id alone, whatever its merchant (workers, webhooks, the mechanism).
+        pub fn find_by_id(
+            conn: &mut $crate::db::DbConnection,
+            id: &str,
+        ) -> diesel::QueryResult<Option<$row>> {
+            $table::table
+                .filter($table::id.eq(id))
+                .select(<$row>::as_select())
+                .first(conn)
+                .optional()
+        }
+
+        /// Marks the `unfinished → final` move as ours: the first write of the transaction
+        /// that applies an outcome (on SQLite a transaction must write before it reads), and
+        /// the guard that lets exactly one of several concurrent finishers through.
+        pub fn lock_unfinished(
+            conn: &mut $crate::db::DbConnection,
+            id: &str,
+            now: $crate::domain::Timestamp,
+        ) -> diesel::QueryResult<bool> {
+            diesel::update(
+                $table::table
+                    .filter($table::id.eq(id))
+                    .filter($table::status.eq($unfinished)),
+            )
+            .set($table::updated_at.eq(now))
             .execute(conn)
             .map(|n| n == 1)
         }

@@ -1,10 +1,15 @@
 //! Merchants and their API keys (stored only as SHA-256 hashes).
+//!
+//! A merchant may hold several keys (rotation: create, switch, revoke). Each key has an id
+//! (`key_…`, what operators list and revoke by), an optional label, the key's last 4
+//! characters, and a revocation time; a revoked key stays in the table so it is listed,
+//! and never authenticates again.
 
 use diesel::prelude::*;
 
 use super::schema::{api_keys, merchants};
 use super::{DbConnection, DbError};
-use crate::domain::{now, sha256_hex};
+use crate::domain::{Timestamp, now, sha256_hex};
 
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = merchants)]
@@ -13,10 +18,45 @@ pub struct Merchant {
     pub name: String,
 }
 
+/// An API key as stored: everything but the key itself, which is not recoverable.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = api_keys)]
+pub struct ApiKey {
+    pub id: String,
+    pub merchant_id: String,
+    pub label: Option<String>,
+    /// `None` for keys created before keys had ids: only their hash was ever stored.
+    pub last4: Option<String>,
+    pub created_at: Timestamp,
+    pub revoked_at: Option<Timestamp>,
+}
+
+pub const API_KEY_ID_PREFIX: &str = "key_";
+
+/// Whether `raw` has the shape of an API key id: `key_` and 32 lowercase hex digits (a
+/// UUIDv7 for new keys, random for keys given an id by the migration).
+pub fn is_api_key_id(raw: &str) -> bool {
+    raw.strip_prefix(API_KEY_ID_PREFIX).is_some_and(|hex| {
+        hex.len() == 32
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 pub fn hash_api_key(key: &str) -> String {
     sha256_hex(key.as_bytes())
 }
 
+/// The last 4 characters of a key, kept to tell keys apart in a listing. A short key would
+/// give away too much of itself, so none is kept for keys under 16 characters (shorter
+/// ones are refused as `BOOTSTRAP_API_KEY` anyway).
+fn last4(key: &str) -> Option<String> {
+    let chars: Vec<char> = key.chars().collect();
+    (chars.len() >= 16).then(|| chars[chars.len() - 4..].iter().collect())
+}
+
+/// The merchant a key authenticates; `None` for an unknown or revoked key.
 pub fn find_by_api_key(
     conn: &mut DbConnection,
     key_hash: &str,
@@ -24,6 +64,7 @@ pub fn find_by_api_key(
     api_keys::table
         .inner_join(merchants::table)
         .filter(api_keys::key_hash.eq(key_hash))
+        .filter(api_keys::revoked_at.is_null())
         .select(Merchant::as_select())
         .first(conn)
         .optional()
@@ -66,32 +107,128 @@ pub fn ensure_merchant(conn: &mut DbConnection, name: &str) -> Result<Merchant, 
     }
 }
 
-/// Makes `key` authenticate `merchant` (idempotent: an existing key is left as it is).
+/// Stores a new key for `merchant` (its hash, a new id, its last 4 characters).
+pub fn create_api_key(
+    conn: &mut DbConnection,
+    merchant: &Merchant,
+    key: &str,
+    label: Option<&str>,
+) -> Result<ApiKey, DbError> {
+    let row = ApiKey {
+        id: format!("{API_KEY_ID_PREFIX}{}", uuid::Uuid::now_v7().simple()),
+        merchant_id: merchant.id.clone(),
+        label: label.map(str::to_owned),
+        last4: last4(key),
+        created_at: now(),
+        revoked_at: None,
+    };
+    diesel::insert_into(api_keys::table)
+        .values((
+            api_keys::key_hash.eq(hash_api_key(key)),
+            api_keys::id.eq(&row.id),
+            api_keys::merchant_id.eq(&row.merchant_id),
+            api_keys::label.eq(&row.label),
+            api_keys::last4.eq(&row.last4),
+            api_keys::created_at.eq(row.created_at),
+        ))
+        .execute(conn)?;
+    Ok(row)
+}
+
+/// Makes `key` authenticate `merchant` (idempotent: an existing key is left as it is, so a
+/// revoked `BOOTSTRAP_API_KEY` stays revoked across restarts).
 pub fn ensure_api_key(
     conn: &mut DbConnection,
     merchant: &Merchant,
     key: &str,
 ) -> Result<(), DbError> {
-    let inserted = diesel::insert_into(api_keys::table)
-        .values((
-            api_keys::key_hash.eq(hash_api_key(key)),
-            api_keys::merchant_id.eq(&merchant.id),
-            api_keys::created_at.eq(now()),
-        ))
-        .execute(conn);
-    match inserted.map_err(DbError::from) {
+    match create_api_key(conn, merchant, key, None) {
         Ok(_) | Err(DbError::UniqueViolation(_)) => Ok(()),
         Err(e) => Err(e),
     }
 }
 
+/// Every key (of one merchant, when named), oldest first, with its merchant's name.
+pub fn list_api_keys(
+    conn: &mut DbConnection,
+    merchant_name: Option<&str>,
+) -> Result<Vec<(ApiKey, String)>, diesel::result::Error> {
+    let mut query = api_keys::table
+        .inner_join(merchants::table)
+        .select((ApiKey::as_select(), merchants::name))
+        .order((api_keys::created_at, api_keys::id))
+        .into_boxed();
+    if let Some(name) = merchant_name {
+        query = query.filter(merchants::name.eq(name.to_owned()));
+    }
+    query.load(conn)
+}
+
+#[derive(Debug)]
+pub enum Revocation {
+    /// Revoked now.
+    Revoked(ApiKey),
+    /// It had been revoked before; nothing changed.
+    AlreadyRevoked(ApiKey),
+    NotFound,
+}
+
+/// Revokes the key with this id. The guarded update makes a repeated or concurrent
+/// revocation keep the first revocation time.
+pub fn revoke_api_key(conn: &mut DbConnection, key_id: &str) -> Result<Revocation, DbError> {
+    let revoked = diesel::update(
+        api_keys::table
+            .filter(api_keys::id.eq(key_id))
+            .filter(api_keys::revoked_at.is_null()),
+    )
+    .set(api_keys::revoked_at.eq(now()))
+    .execute(conn)?;
+    let key = api_keys::table
+        .filter(api_keys::id.eq(key_id))
+        .select(ApiKey::as_select())
+        .first(conn)
+        .optional()?;
+    Ok(match key {
+        Some(key) if revoked == 1 => Revocation::Revoked(key),
+        Some(key) => Revocation::AlreadyRevoked(key),
+        None => Revocation::NotFound,
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn api_keys_hash_to_lowercase_sha256_hex() {
         assert_eq!(
-            super::hash_api_key("abc"),
+            hash_api_key("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+
+    #[test]
+    fn last4_is_kept_only_for_long_keys() {
+        assert_eq!(
+            last4("sk_test_0123456789abcdefWXYZ").as_deref(),
+            Some("WXYZ")
+        );
+        assert_eq!(last4("short-key-abc"), None);
+    }
+
+    #[test]
+    fn key_ids_have_one_shape() {
+        let id = format!("{API_KEY_ID_PREFIX}{}", uuid::Uuid::now_v7().simple());
+        assert!(is_api_key_id(&id), "{id}");
+        for bad in [
+            "",
+            "key_",
+            "key_0190",
+            "KEY_0190a0b0c0d0e0f00000000000000000",
+            "key_0190A0B0C0D0E0F00000000000000000",
+            "sk_test_0190a0b0c0d0e0f00000000000000000",
+        ] {
+            assert!(!is_api_key_id(bad), "{bad:?}");
+        }
     }
 }

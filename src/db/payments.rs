@@ -38,6 +38,18 @@ pub struct PaymentRow {
     pub provider_attempts: i32,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+    /// `automatic` or `manual` (authorize now, capture later).
+    pub capture_method: String,
+    /// What the authorization holds while `requires_capture`, else 0.
+    pub amount_capturable: i64,
+    /// What was charged: the whole amount once an automatic payment succeeded, the
+    /// captured amount for a manual one.
+    pub amount_captured: i64,
+    pub cancellation_reason: Option<String>,
+    /// When the provider authorized it (manual payments): it expires from then on.
+    pub authorized_at: Option<Timestamp>,
+    /// The capture or cancel that holds the authorization (see `payment_operations`).
+    pub operation_id: Option<String>,
 }
 
 /// The claim: the insert whose unique (merchant_id, idempotency_key) decides the winner.
@@ -78,16 +90,6 @@ pub fn find(
         .optional()
 }
 
-/// A payment by id alone, whatever its merchant: for events from the provider, which
-/// know our payment id (their `reference`) but not the merchant.
-pub fn find_by_id(conn: &mut DbConnection, id: &str) -> QueryResult<Option<PaymentRow>> {
-    payments::table
-        .filter(payments::id.eq(id))
-        .select(PaymentRow::as_select())
-        .first(conn)
-        .optional()
-}
-
 /// Writes the final state and the response every retry will replay. Only a payment still
 /// `processing` can be finished, whoever holds the lease: the provider's answer for one
 /// idempotency key is the same for everyone. Returns false if it was already final.
@@ -107,6 +109,9 @@ pub fn finish(conn: &mut DbConnection, row: &PaymentRow) -> QueryResult<bool> {
         payments::failure_message.eq(&row.failure_message),
         payments::response_status.eq(row.response_status),
         payments::response_body.eq(&row.response_body),
+        payments::amount_capturable.eq(row.amount_capturable),
+        payments::amount_captured.eq(row.amount_captured),
+        payments::authorized_at.eq(row.authorized_at),
         payments::lease_token.eq(None::<String>),
         payments::lease_expires_at.eq(None::<Timestamp>),
         payments::updated_at.eq(row.updated_at),

@@ -38,7 +38,7 @@ impl QueryFragment<Pg> for InsertPayment<'_> {
              amount, currency, payment_method, customer_id, description, metadata, status, \
              amount_refunded, provider_charge_id, failure_code, failure_message, \
              response_status, response_body, lease_token, lease_expires_at, \
-             provider_attempts, created_at, updated_at) VALUES (",
+             provider_attempts, created_at, updated_at, capture_method) VALUES (",
         );
         out.push_bind_param::<Text, _>(&r.id)?;
         out.push_sql(", ");
@@ -83,6 +83,8 @@ impl QueryFragment<Pg> for InsertPayment<'_> {
         out.push_bind_param::<Timestamp, _>(&r.created_at)?;
         out.push_sql(", ");
         out.push_bind_param::<Timestamp, _>(&r.updated_at)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&r.capture_method)?;
         out.push_sql(")");
         Ok(())
     }
@@ -103,6 +105,12 @@ impl QueryFragment<Pg> for FinishPayment<'_> {
         out.push_bind_param::<Nullable<Integer>, _>(&r.response_status)?;
         out.push_sql(", response_body = ");
         out.push_bind_param::<Nullable<Text>, _>(&r.response_body)?;
+        out.push_sql(", amount_capturable = ");
+        out.push_bind_param::<BigInt, _>(&r.amount_capturable)?;
+        out.push_sql(", amount_captured = ");
+        out.push_bind_param::<BigInt, _>(&r.amount_captured)?;
+        out.push_sql(", authorized_at = ");
+        out.push_bind_param::<Nullable<Timestamp>, _>(&r.authorized_at)?;
         out.push_sql(", lease_token = NULL, lease_expires_at = NULL, updated_at = ");
         out.push_bind_param::<Timestamp, _>(&r.updated_at)?;
         out.push_sql(" WHERE id = ");

@@ -52,14 +52,16 @@ pub struct RefundablePayment {
     pub amount: i64,
     pub amount_reserved: i64,
     pub amount_refunded: i64,
+    pub amount_captured: i64,
     pub currency: String,
     pub provider_charge_id: Option<String>,
 }
 
 impl RefundablePayment {
-    /// What is left to refund: paid minus what refunds that have not failed hold.
+    /// What is left to refund: what was captured minus what refunds that have not failed
+    /// hold.
     pub fn refundable(&self) -> i64 {
-        self.amount - self.amount_reserved
+        self.amount_captured - self.amount_reserved
     }
 }
 
@@ -86,14 +88,15 @@ pub fn insert(conn: &mut DbConnection, row: &RefundRow) -> QueryResult<()> {
 }
 
 /// Holds `amount` of the payment for a refund. The guard is the invariant itself: it
-/// matches only while the payment has succeeded and at least `amount` is left, so of any
-/// number of concurrent reservations only those that fit succeed. Returns whether it did.
+/// matches only while the payment has succeeded and at least `amount` of what it captured
+/// is left, so of any number of concurrent reservations only those that fit succeed.
+/// Returns whether it did.
 pub fn reserve(conn: &mut DbConnection, payment_id: &str, amount: i64) -> QueryResult<bool> {
     diesel::update(
         payments::table
             .filter(payments::id.eq(payment_id))
             .filter(payments::status.eq(SUCCEEDED))
-            .filter((payments::amount - payments::amount_reserved).ge(amount)),
+            .filter((payments::amount_captured - payments::amount_reserved).ge(amount)),
     )
     .set(payments::amount_reserved.eq(payments::amount_reserved + amount))
     .execute(conn)
@@ -167,28 +170,6 @@ pub fn find_by_idempotency_key(
         .select(RefundRow::as_select())
         .first(conn)
         .optional()
-}
-
-pub fn find(conn: &mut DbConnection, id: &str) -> QueryResult<Option<RefundRow>> {
-    refunds::table
-        .filter(refunds::id.eq(id))
-        .select(RefundRow::as_select())
-        .first(conn)
-        .optional()
-}
-
-/// Marks the `pending → final` move as ours: the first write of the transaction that
-/// applies an outcome (on SQLite a transaction must write before it reads), and the guard
-/// that lets exactly one of several concurrent finishers through.
-pub fn lock_pending(conn: &mut DbConnection, id: &str, now: Timestamp) -> QueryResult<bool> {
-    diesel::update(
-        refunds::table
-            .filter(refunds::id.eq(id))
-            .filter(refunds::status.eq(PENDING)),
-    )
-    .set(refunds::updated_at.eq(now))
-    .execute(conn)
-    .map(|n| n == 1)
 }
 
 /// Writes the final state and the response every retry will replay.

@@ -14,6 +14,10 @@ diesel::table! {
         key_hash -> Text,
         merchant_id -> Text,
         created_at -> Timestamp,
+        id -> Text,
+        label -> Nullable<Text>,
+        last4 -> Nullable<Text>,
+        revoked_at -> Nullable<Timestamp>,
     }
 }
 
@@ -35,6 +39,34 @@ diesel::table! {
         provider_charge_id -> Nullable<Text>,
         failure_code -> Nullable<Text>,
         failure_message -> Nullable<Text>,
+        response_status -> Nullable<Integer>,
+        response_body -> Nullable<Text>,
+        lease_token -> Nullable<Text>,
+        lease_expires_at -> Nullable<Timestamp>,
+        provider_attempts -> Integer,
+        created_at -> Timestamp,
+        updated_at -> Timestamp,
+        capture_method -> Text,
+        amount_capturable -> BigInt,
+        amount_captured -> BigInt,
+        cancellation_reason -> Nullable<Text>,
+        authorized_at -> Nullable<Timestamp>,
+        operation_id -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    payment_operations (id) {
+        id -> Text,
+        merchant_id -> Text,
+        payment_id -> Text,
+        kind -> Text,
+        idempotency_key -> Text,
+        request_fingerprint -> Text,
+        amount -> BigInt,
+        cancellation_reason -> Nullable<Text>,
+        provider_charge_id -> Nullable<Text>,
+        status -> Text,
         response_status -> Nullable<Integer>,
         response_body -> Nullable<Text>,
         lease_token -> Nullable<Text>,
@@ -80,10 +112,85 @@ diesel::table! {
 diesel::joinable!(api_keys -> merchants (merchant_id));
 diesel::joinable!(payments -> merchants (merchant_id));
 diesel::joinable!(refunds -> payments (payment_id));
+diesel::joinable!(payment_operations -> payments (payment_id));
 diesel::allow_tables_to_appear_in_same_query!(
     merchants,
     api_keys,
     payments,
+    payment_operations,
     refunds,
     webhook_events
 );
+
+diesel::table! {
+    event_sequence (id) {
+        id -> Integer,
+        n -> BigInt,
+    }
+}
+
+diesel::table! {
+    events (id) {
+        id -> Text,
+        merchant_id -> Text,
+        seq -> Nullable<BigInt>,
+        event_type -> Text,
+        object_id -> Text,
+        body -> Text,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    webhook_endpoints (id) {
+        id -> Text,
+        merchant_id -> Text,
+        url -> Text,
+        enabled_events -> Text,
+        description -> Nullable<Text>,
+        status -> Text,
+        secret -> Text,
+        previous_secret -> Nullable<Text>,
+        previous_secret_expires_at -> Nullable<Timestamp>,
+        failing_since -> Nullable<Timestamp>,
+        created_at -> Timestamp,
+        updated_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    webhook_deliveries (id) {
+        id -> Text,
+        endpoint_id -> Text,
+        event_id -> Text,
+        event_type -> Text,
+        status -> Text,
+        attempts -> Integer,
+        next_attempt_at -> Nullable<Timestamp>,
+        lease_token -> Nullable<Text>,
+        lease_expires_at -> Nullable<Timestamp>,
+        last_attempt_at -> Nullable<Timestamp>,
+        last_status_code -> Nullable<Integer>,
+        last_error -> Nullable<Text>,
+        last_duration_ms -> Nullable<BigInt>,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    idempotency_keys (merchant_id, scope, idempotency_key) {
+        merchant_id -> Text,
+        scope -> Text,
+        idempotency_key -> Text,
+        request_fingerprint -> Text,
+        response_status -> Nullable<Integer>,
+        response_body -> Nullable<Text>,
+        lease_token -> Nullable<Text>,
+        lease_expires_at -> Nullable<Timestamp>,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::joinable!(webhook_deliveries -> webhook_endpoints (endpoint_id));
+diesel::joinable!(webhook_deliveries -> events (event_id));
+diesel::allow_tables_to_appear_in_same_query!(events, webhook_endpoints, webhook_deliveries);

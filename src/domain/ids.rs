@@ -1,5 +1,23 @@
 use std::fmt;
 
+/// The id of an object a route addresses (`/v1/payments/{id}`): what the object is called
+/// and how a path segment becomes one. Ids are visible ASCII of a fixed shape, so a
+/// segment that parses cannot carry anything the database would refuse.
+pub trait ObjectId: Sized {
+    /// The object's name in a 404 answer: "payment".
+    const OBJECT: &'static str;
+
+    fn parse_id(raw: &str) -> Option<Self>;
+}
+
+impl ObjectId for PaymentId {
+    const OBJECT: &'static str = "payment";
+
+    fn parse_id(raw: &str) -> Option<Self> {
+        Self::parse(raw)
+    }
+}
+
 /// `pay_` + a UUIDv7 in simple form: opaque to clients, time-ordered for us, so that
 /// "newest first" is "largest id first" and a cursor is just an id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -15,11 +33,7 @@ impl PaymentId {
     /// A syntactically valid id (used for cursors); whether it exists is the database's to say.
     pub fn parse(raw: &str) -> Option<Self> {
         let hex = raw.strip_prefix(Self::PREFIX)?;
-        (hex.len() == 32
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-        .then(|| Self(raw.to_owned()))
+        is_simple_uuid(hex).then(|| Self(raw.to_owned()))
     }
 
     pub fn as_str(&self) -> &str {
@@ -28,6 +42,25 @@ impl PaymentId {
 }
 
 impl fmt::Display for PaymentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The id of a capture (`cap_…`) or a cancel (`cnl_…`) of a payment: the provider's
+/// idempotency key for that operation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OperationId(String);
+
+impl OperationId {
+    /// `kind` is `capture` or `cancel`.
+    pub fn generate(kind: &str) -> Self {
+        let prefix = if kind == "capture" { "cap_" } else { "cnl_" };
+        Self(format!("{prefix}{}", uuid::Uuid::now_v7().simple()))
+    }
+}
+
+impl fmt::Display for OperationId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }

@@ -5,11 +5,13 @@ mod currency;
 mod digest;
 mod idempotency_key;
 mod ids;
+mod text;
 mod time;
 
 pub use amount::Amount;
 pub use currency::Currency;
 pub use digest::sha256_hex;
 pub use idempotency_key::IdempotencyKey;
-pub use ids::{PaymentId, RefundId, new_api_key, new_lease_token};
+pub use ids::{ObjectId, OperationId, PaymentId, RefundId, new_api_key, new_lease_token};
+pub use text::check_text;
 pub use time::{Timestamp, format_timestamp, now};

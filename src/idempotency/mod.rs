@@ -38,6 +38,13 @@ impl Answer {
         }
     }
 
+    /// A refusal as the final answer stored for an idempotency key (the 409/422 refusals
+    /// of refunds, captures and cancels), replayed verbatim.
+    pub fn refusal(error: &ApiError) -> Self {
+        use actix_web::ResponseError;
+        Self::new(error.status_code().as_u16(), error.problem_json())
+    }
+
     pub fn replayed(mut self) -> Self {
         self.replayed = true;
         self
@@ -220,6 +227,12 @@ const POLL_MAX: Duration = Duration::from_millis(250);
 /// lease naming the request that works on it until then.
 pub trait IdempotentRecord {
     fn record_id(&self) -> &str;
+    fn merchant_id(&self) -> &str;
+    fn idempotency_key(&self) -> &str;
+    /// The fingerprint of the request that claimed the key.
+    fn fingerprint(&self) -> &str;
+    /// The token of the request that owns the record (none: nobody).
+    fn lease_token(&self) -> Option<&str>;
     /// The stored response columns (status, body): set exactly when the record is final.
     fn stored_response(&self) -> (Option<i32>, Option<&str>);
     /// Until when the request holding the lease owns the record (none: nobody).
@@ -246,6 +259,38 @@ pub enum Followed<R> {
     /// it must now drive the work itself.
     TakenOver(R, String),
 }
+
+/// Implements [`IdempotentRecord`] for a row struct with the shared columns (`id`,
+/// `merchant_id`, `idempotency_key`, `request_fingerprint`, `response_status`,
+/// `response_body`, `lease_token`, `lease_expires_at`).
+macro_rules! idempotent_record {
+    ($row:ty) => {
+        impl $crate::idempotency::IdempotentRecord for $row {
+            fn record_id(&self) -> &str {
+                &self.id
+            }
+            fn merchant_id(&self) -> &str {
+                &self.merchant_id
+            }
+            fn idempotency_key(&self) -> &str {
+                &self.idempotency_key
+            }
+            fn fingerprint(&self) -> &str {
+                &self.request_fingerprint
+            }
+            fn lease_token(&self) -> Option<&str> {
+                self.lease_token.as_deref()
+            }
+            fn stored_response(&self) -> (Option<i32>, Option<&str>) {
+                (self.response_status, self.response_body.as_deref())
+            }
+            fn lease_expires_at(&self) -> Option<$crate::domain::Timestamp> {
+                self.lease_expires_at
+            }
+        }
+    };
+}
+pub(crate) use idempotent_record;
 
 /// Counts what a duplicate was told (replay or in use), for the metrics.
 pub fn observe<R>(resource: &'static str, followed: &Result<Followed<R>, crate::error::ApiError>) {
@@ -381,6 +426,35 @@ mod tests {
         );
     }
 
+    #[test]
+    fn final_answers_stay_within_their_size_and_keep_a_hot_key() {
+        let answers = FinalAnswers::with_capacity(64 * 1024);
+        let body = "x".repeat(900);
+        answers.remember(
+            "payment",
+            "m",
+            "hot",
+            "fp",
+            &Answer::new(201, body.as_str()),
+        );
+        for i in 0..2000 {
+            // The storm's key is asked for again and again while one-off keys stream by.
+            assert!(
+                answers.get("payment", "m", "hot").is_some(),
+                "hot key lost at {i}"
+            );
+            answers.remember(
+                "payment",
+                "m",
+                &format!("k{i}"),
+                "fp",
+                &Answer::new(201, body.as_str()),
+            );
+        }
+        assert!(answers.len() < 80, "bounded: {} entries", answers.len());
+        assert!(answers.len() > 20, "not emptied: {} entries", answers.len());
+    }
+
     #[actix_web::test]
     async fn an_unsettled_guard_releases_its_waiters() {
         let registry = InFlight::default();
@@ -402,15 +476,46 @@ mod tests {
 ///
 /// Safe because a final answer never changes once stored (the contract fixes it from that
 /// moment, in every instance), and a key is never freed; only final answers go in, so the
-/// insert still decides every winner. Bounded: when full it starts over (a miss only costs
-/// the database lookup it would have cost anyway).
-#[derive(Clone, Default)]
+/// insert still decides every winner. Bounded by size ([`FinalAnswers::MAX_BYTES`]):
+/// `quick_cache` evicts with S3-FIFO, which keeps the hot entries (a retry storm's key)
+/// and lets one-hit entries go first; a miss only costs the database lookup it would have
+/// cost anyway.
+#[derive(Clone)]
 pub struct FinalAnswers {
-    answers: Arc<std::sync::RwLock<HashMap<String, (String, Answer)>>>,
+    answers: Arc<quick_cache::sync::Cache<String, (String, Answer), AnswerWeight>>,
+}
+
+/// An entry's weight is its size in bytes, roughly: the scope key, the fingerprint, the
+/// body and the bookkeeping around them.
+#[derive(Clone)]
+struct AnswerWeight;
+
+impl quick_cache::Weighter<String, (String, Answer)> for AnswerWeight {
+    fn weight(&self, key: &String, (fingerprint, answer): &(String, Answer)) -> u64 {
+        (key.len() + fingerprint.len() + answer.body.len() + 96) as u64
+    }
+}
+
+impl Default for FinalAnswers {
+    fn default() -> Self {
+        Self::with_capacity(Self::MAX_BYTES)
+    }
 }
 
 impl FinalAnswers {
-    const MAX_ENTRIES: usize = 10_000;
+    /// What the map may hold: about 8 MiB, some 6 000 payment answers.
+    pub const MAX_BYTES: u64 = 8 * 1024 * 1024;
+
+    pub fn with_capacity(max_bytes: u64) -> Self {
+        let estimated_items = usize::try_from(max_bytes / 1400).unwrap_or(1024).max(16);
+        Self {
+            answers: Arc::new(quick_cache::sync::Cache::with_weighter(
+                estimated_items,
+                max_bytes,
+                AnswerWeight,
+            )),
+        }
+    }
 
     /// The stored `(fingerprint, answer)` of this key, if seen here.
     pub fn get(
@@ -419,10 +524,8 @@ impl FinalAnswers {
         merchant_id: &str,
         idempotency_key: &str,
     ) -> Option<(String, Answer)> {
-        let answers = self.answers.read().ok()?;
-        answers
+        self.answers
             .get(&scope_key(resource, merchant_id, idempotency_key))
-            .cloned()
     }
 
     /// What a request with this key and fingerprint is answered from memory, if the key's
@@ -456,17 +559,21 @@ impl FinalAnswers {
         if !answer.is_final() {
             return;
         }
-        if let Ok(mut answers) = self.answers.write() {
-            if answers.len() >= Self::MAX_ENTRIES {
-                answers.clear();
-            }
-            let mut stored = answer.clone();
-            stored.replayed = false;
-            answers.insert(
-                scope_key(resource, merchant_id, idempotency_key),
-                (fingerprint.to_owned(), stored),
-            );
-        }
+        let mut stored = answer.clone();
+        stored.replayed = false;
+        self.answers.insert(
+            scope_key(resource, merchant_id, idempotency_key),
+            (fingerprint.to_owned(), stored),
+        );
+    }
+
+    /// Entries held now.
+    pub fn len(&self) -> usize {
+        self.answers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.answers.is_empty()
     }
 }
 

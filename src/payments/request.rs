@@ -5,13 +5,39 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::body::JsonObject;
 use crate::domain::{Amount, Currency, sha256_hex};
 use crate::error::ApiError;
-use crate::routes::input::JsonObject;
 
 pub const MAX_METADATA_KEYS: usize = 50;
 pub const MAX_METADATA_KEY_LEN: usize = 40;
 pub const MAX_METADATA_VALUE_LEN: usize = 500;
+
+/// When the money moves: at once, or when the merchant captures the authorization (§10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum CaptureMethod {
+    #[default]
+    Automatic,
+    Manual,
+}
+
+impl CaptureMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Automatic => "automatic",
+            Self::Manual => "manual",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "automatic" => Some(Self::Automatic),
+            "manual" => Some(Self::Manual),
+            _ => None,
+        }
+    }
+}
 
 /// Unknown fields are refused (400 `invalid_request` naming the field).
 #[derive(Debug, Clone, PartialEq, Eq, utoipa::ToSchema)]
@@ -33,6 +59,9 @@ pub struct NewPayment {
     /// At most 50 keys of at most 40 characters; string values of at most 500 characters.
     #[schema(value_type = Option<std::collections::HashMap<String, String>>)]
     pub metadata: BTreeMap<String, String>,
+    /// `automatic` (default): charge now; `manual`: authorize now, capture later.
+    #[schema(value_type = Option<CaptureMethod>)]
+    pub capture_method: CaptureMethod,
 }
 
 impl NewPayment {
@@ -46,6 +75,7 @@ impl NewPayment {
                 "customer_id",
                 "description",
                 "metadata",
+                "capture_method",
             ],
         )?;
         let amount = object.required_integer("amount")?;
@@ -64,6 +94,18 @@ impl NewPayment {
             MAX_METADATA_KEY_LEN,
             MAX_METADATA_VALUE_LEN,
         )?;
+        let capture_method = object
+            .optional_string("capture_method", 16)?
+            .map(|m| {
+                CaptureMethod::parse(&m).ok_or_else(|| {
+                    ApiError::invalid(
+                        "capture_method",
+                        "`capture_method` must be automatic or manual",
+                    )
+                })
+            })
+            .transpose()?
+            .unwrap_or_default();
         Ok(Self {
             amount,
             currency,
@@ -71,6 +113,7 @@ impl NewPayment {
             customer_id,
             description,
             metadata,
+            capture_method,
         })
     }
 
@@ -86,6 +129,10 @@ impl NewPayment {
             customer_id: Option<&'a str>,
             description: Option<&'a str>,
             metadata: &'a BTreeMap<String, String>,
+            // Absent for automatic payments, so keys claimed before manual capture existed
+            // keep their fingerprint (a retry a year later still replays).
+            #[serde(skip_serializing_if = "Option::is_none")]
+            capture_method: Option<&'static str>,
         }
         let canonical = Canonical {
             endpoint: "POST /v1/payments",
@@ -95,6 +142,8 @@ impl NewPayment {
             customer_id: self.customer_id.as_deref(),
             description: self.description.as_deref(),
             metadata: &self.metadata,
+            capture_method: (self.capture_method == CaptureMethod::Manual)
+                .then_some(CaptureMethod::Manual.as_str()),
         };
         // A struct of strings and integers always serialises.
         let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
@@ -132,6 +181,20 @@ mod tests {
         assert_eq!(a.fingerprint(), b.fingerprint());
         let explicit_nulls = parse(r#"{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","metadata":{"a":"1","b":"2"},"customer_id":null,"description":null}"#).unwrap();
         assert_eq!(a.fingerprint(), explicit_nulls.fingerprint());
+        let explicit_automatic = parse(r#"{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","metadata":{"a":"1","b":"2"},"capture_method":"automatic"}"#).unwrap();
+        assert_eq!(a.fingerprint(), explicit_automatic.fingerprint());
+    }
+
+    #[test]
+    fn automatic_fingerprints_are_what_they_were_before_capture_method() {
+        // Keys claimed by earlier versions must still replay: this is the fingerprint the
+        // previous release computed for this request.
+        let request =
+            parse(r#"{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}"#).unwrap();
+        let before = sha256_hex(
+            br#"{"endpoint":"POST /v1/payments","amount":2000,"currency":"usd","payment_method":"pm_card_visa","customer_id":null,"description":null,"metadata":{}}"#,
+        );
+        assert_eq!(request.fingerprint(), before);
     }
 
     #[test]
@@ -145,6 +208,7 @@ mod tests {
             r#"{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","customer_id":"c"}"#,
             r#"{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","description":"d"}"#,
             r#"{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","metadata":{"k":"v"}}"#,
+            r#"{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","capture_method":"manual"}"#,
         ] {
             assert_ne!(
                 base.fingerprint(),

@@ -7,27 +7,33 @@ use crate::domain::format_timestamp;
 use crate::error::ApiError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
-#[schema(rename_all = "lowercase")]
+#[schema(rename_all = "snake_case")]
 pub enum PaymentStatus {
     Processing,
+    RequiresCapture,
     Succeeded,
     Failed,
+    Canceled,
 }
 
 impl PaymentStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Processing => "processing",
+            Self::RequiresCapture => "requires_capture",
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
+            Self::Canceled => "canceled",
         }
     }
 
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "processing" => Some(Self::Processing),
+            "requires_capture" => Some(Self::RequiresCapture),
             "succeeded" => Some(Self::Succeeded),
             "failed" => Some(Self::Failed),
+            "canceled" => Some(Self::Canceled),
             _ => None,
         }
     }
@@ -48,16 +54,26 @@ pub struct PaymentObject<'a> {
     currency: &'a str,
     #[schema(value_type = PaymentStatus)]
     status: &'a str,
+    #[schema(value_type = crate::payments::CaptureMethod)]
+    capture_method: &'a str,
+    /// What the authorization holds while `requires_capture`, else 0.
+    amount_capturable: i64,
+    /// What was charged: the whole amount of an automatic payment that succeeded, the
+    /// captured amount of a manual one, else 0.
+    amount_captured: i64,
+    amount_refunded: i64,
     #[schema(example = "pm_card_visa")]
     payment_method: &'a str,
     customer_id: Option<&'a str>,
     description: Option<&'a str>,
     #[schema(value_type = std::collections::HashMap<String, String>)]
     metadata: serde_json::Value,
-    amount_refunded: i64,
     provider_charge_id: Option<&'a str>,
     failure_code: Option<&'a str>,
     failure_message: Option<&'a str>,
+    /// `requested_by_customer`, `duplicate`, `fraudulent`, `abandoned`, or `expired` when
+    /// the service canceled an authorization nobody captured in time.
+    cancellation_reason: Option<&'a str>,
     /// RFC 3339, UTC.
     #[schema(format = DateTime)]
     created_at: String,
@@ -76,14 +92,18 @@ impl<'a> PaymentObject<'a> {
             amount: row.amount,
             currency: &row.currency,
             status: &row.status,
+            capture_method: &row.capture_method,
+            amount_capturable: row.amount_capturable,
+            amount_captured: row.amount_captured,
+            amount_refunded: row.amount_refunded,
             payment_method: &row.payment_method,
             customer_id: row.customer_id.as_deref(),
             description: row.description.as_deref(),
             metadata,
-            amount_refunded: row.amount_refunded,
             provider_charge_id: row.provider_charge_id.as_deref(),
             failure_code: row.failure_code.as_deref(),
             failure_message: row.failure_message.as_deref(),
+            cancellation_reason: row.cancellation_reason.as_deref(),
             created_at: format_timestamp(row.created_at),
             updated_at: format_timestamp(row.updated_at),
         })

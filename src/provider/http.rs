@@ -9,7 +9,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    Charge, ChargeRequest, OutcomeUnknown, PaymentProvider, ProviderRefund, RefundRequest,
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, ChargeUpdateError, OutcomeUnknown,
+    PaymentProvider, ProviderRefund, RefundRequest,
 };
 
 pub struct HttpProvider {
@@ -42,6 +43,18 @@ enum Attempt<T> {
     Retry(String),
     /// Another attempt would get the same answer.
     GiveUp(String),
+    /// A 4xx refusing a capture or cancel: final, nothing moved.
+    Refused(String),
+}
+
+/// How a call reads the provider's 4xx answers.
+#[derive(Clone, Copy)]
+enum Refusals {
+    /// Charges and refunds: a 409 may be the provider still working on the same key, so
+    /// it is retried; any other 4xx leaves the outcome unknown.
+    Retry409,
+    /// Captures and cancels: a 4xx other than 429 is the provider's final refusal.
+    Final,
 }
 
 impl HttpProvider {
@@ -58,6 +71,7 @@ impl HttpProvider {
         path: &str,
         idempotency_key: &str,
         body: &B,
+        refusals: Refusals,
     ) -> Attempt<T> {
         let url = format!("{}{path}", self.base_url);
         let client = CLIENT.with(Clone::clone);
@@ -74,8 +88,18 @@ impl HttpProvider {
                 .limit(1024 * 1024)
                 .await
                 .map_err(|e| Attempt::Retry(format!("response body lost: {e}")))?;
-            if status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 409 {
+            let conflict_retried = matches!(refusals, Refusals::Retry409) && status.as_u16() == 409;
+            if status.is_server_error() || status.as_u16() == 429 || conflict_retried {
                 return Err(Attempt::Retry(format!("provider answered {status}")));
+            }
+            if status.is_client_error() && matches!(refusals, Refusals::Final) {
+                let detail = String::from_utf8_lossy(&bytes)
+                    .chars()
+                    .take(200)
+                    .collect::<String>();
+                return Err(Attempt::Refused(format!(
+                    "provider answered {status}: {detail}"
+                )));
             }
             if !status.is_success() {
                 return Err(Attempt::GiveUp(format!("provider answered {status}")));
@@ -95,13 +119,14 @@ impl HttpProvider {
         path: &str,
         idempotency_key: &str,
         body: &B,
-    ) -> Result<T, OutcomeUnknown> {
+        refusals: Refusals,
+    ) -> Result<T, ChargeUpdateError> {
         let mut last = String::new();
         for attempt in 0..self.max_attempts {
             if attempt > 0 {
                 actix_web::rt::time::sleep(backoff(attempt - 1)).await;
             }
-            match self.attempt(path, idempotency_key, body).await {
+            match self.attempt(path, idempotency_key, body, refusals).await {
                 Attempt::Done(value) => return Ok(value),
                 Attempt::Retry(why) => {
                     tracing::warn!(path, attempt = attempt + 1, reason = %why, "provider attempt failed");
@@ -109,11 +134,32 @@ impl HttpProvider {
                 }
                 Attempt::GiveUp(why) => {
                     tracing::error!(path, reason = %why, "provider call failed");
-                    return Err(OutcomeUnknown(why));
+                    return Err(OutcomeUnknown(why).into());
+                }
+                Attempt::Refused(why) => {
+                    tracing::warn!(path, reason = %why, "provider refused");
+                    return Err(ChargeUpdateError::Refused(why));
                 }
             }
         }
-        Err(OutcomeUnknown(last))
+        Err(OutcomeUnknown(last).into())
+    }
+
+    /// A charge or refund: no refusal is final (see [`Refusals::Retry409`]).
+    async fn move_money<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        idempotency_key: &str,
+        body: &B,
+    ) -> Result<T, OutcomeUnknown> {
+        match self
+            .call(path, idempotency_key, body, Refusals::Retry409)
+            .await
+        {
+            Ok(value) => Ok(value),
+            Err(ChargeUpdateError::Unknown(unknown)) => Err(unknown),
+            Err(ChargeUpdateError::Refused(why)) => Err(OutcomeUnknown(why)),
+        }
     }
 }
 
@@ -123,7 +169,7 @@ impl PaymentProvider for HttpProvider {
         idempotency_key: &'a str,
         request: &'a ChargeRequest,
     ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>> {
-        Box::pin(self.call("/v1/charges", idempotency_key, request))
+        Box::pin(self.move_money("/v1/charges", idempotency_key, request))
     }
 
     fn create_refund<'a>(
@@ -131,7 +177,33 @@ impl PaymentProvider for HttpProvider {
         idempotency_key: &'a str,
         request: &'a RefundRequest,
     ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>> {
-        Box::pin(self.call("/v1/refunds", idempotency_key, request))
+        Box::pin(self.move_money("/v1/refunds", idempotency_key, request))
+    }
+
+    fn capture_charge<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        charge_id: &'a str,
+        request: &'a CaptureRequest,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+        Box::pin(async move {
+            let path = format!("/v1/charges/{charge_id}/capture");
+            self.call(&path, idempotency_key, request, Refusals::Final)
+                .await
+        })
+    }
+
+    fn cancel_charge<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        charge_id: &'a str,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+        Box::pin(async move {
+            let path = format!("/v1/charges/{charge_id}/cancel");
+            let empty = serde_json::json!({});
+            self.call(&path, idempotency_key, &empty, Refusals::Final)
+                .await
+        })
     }
 }
 

@@ -2,11 +2,13 @@
 //! sit the in-process simulator (the default) and, with `PROVIDER_URL`, the HTTP client.
 
 mod http;
+mod metered;
 pub mod sim_server;
 mod simulator;
 pub mod webhook_delivery;
 
 pub use http::HttpProvider;
+pub use metered::MeteredProvider;
 pub use simulator::{InProcessProvider, Simulator};
 pub use webhook_delivery::{RetryPolicy, WebhookDelivery};
 
@@ -20,6 +22,31 @@ pub struct ChargeRequest {
     pub currency: String,
     pub payment_method: String,
     pub reference: String,
+    /// `false`: authorize only (the answer is `requires_capture`); absent means `true`.
+    #[serde(default = "charge_captures_by_default")]
+    pub capture: bool,
+}
+
+fn charge_captures_by_default() -> bool {
+    true
+}
+
+/// `POST /v1/charges/{id}/capture` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureRequest {
+    pub amount: i64,
+}
+
+/// The provider's answer to a capture or a cancel: the charge as it is now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChargeUpdate {
+    pub id: String,
+    pub status: ProviderStatus,
+    /// What the capture charged (captures only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount_captured: Option<i64>,
+    #[serde(default)]
+    pub reference: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,6 +56,23 @@ pub enum ProviderStatus {
     Failed,
     /// Finished later by a signed webhook.
     Pending,
+    /// Authorized, not charged yet (`capture: false`).
+    RequiresCapture,
+    /// An authorization released without charging.
+    Canceled,
+}
+
+impl ProviderStatus {
+    /// The status as the protocol writes it (also the metrics label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Pending => "pending",
+            Self::RequiresCapture => "requires_capture",
+            Self::Canceled => "canceled",
+        }
+    }
 }
 
 /// The provider's answer to a charge: what it did with the money. Only `id` and `status`
@@ -96,6 +140,17 @@ mod tests {
 #[error("provider outcome unknown: {0}")]
 pub struct OutcomeUnknown(pub String);
 
+/// Why a capture or cancel did not happen.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ChargeUpdateError {
+    /// As for any call: ask again later with the same key.
+    #[error(transparent)]
+    Unknown(#[from] OutcomeUnknown),
+    /// A 4xx (e.g. 409, the charge is no longer capturable): a final refusal, nothing moved.
+    #[error("provider refused: {0}")]
+    Refused(String),
+}
+
 pub trait PaymentProvider: Send + Sync + 'static {
     /// Charges at most once per `idempotency_key`: the same key again returns the first
     /// result and moves no money.
@@ -112,4 +167,20 @@ pub trait PaymentProvider: Send + Sync + 'static {
         idempotency_key: &'a str,
         request: &'a RefundRequest,
     ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>>;
+
+    /// Captures `amount` of an authorized charge, at most once per `idempotency_key` (our
+    /// capture's id); the rest of the authorization is released.
+    fn capture_charge<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        charge_id: &'a str,
+        request: &'a CaptureRequest,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>>;
+
+    /// Releases an authorized charge without charging, at most once per `idempotency_key`.
+    fn cancel_charge<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        charge_id: &'a str,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>>;
 }

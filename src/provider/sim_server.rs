@@ -14,8 +14,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    ChargeRequest, InProcessProvider, OutcomeUnknown, PaymentProvider, RefundRequest, Simulator,
-    WebhookDelivery,
+    CaptureRequest, ChargeRequest, ChargeUpdateError, InProcessProvider, PaymentProvider,
+    RefundRequest, Simulator, WebhookDelivery,
 };
 
 /// Fault injection. Rates apply to every call; the `*_next` counters and `down` let tests
@@ -84,7 +84,8 @@ fn idempotency_key(req: &HttpRequest) -> Option<String> {
 const DROP_HANG: Duration = Duration::from_secs(3600);
 
 /// One money-moving call: faults first (nothing charged), then the simulator (charged
-/// once per idempotency key), then maybe a dropped answer (charged, never answered).
+/// once per idempotency key), then maybe a dropped answer (charged, never answered). A
+/// refused capture or cancel is answered 409.
 async fn money_call<Req, Res, F>(
     state: &SimState,
     req: &HttpRequest,
@@ -94,7 +95,7 @@ async fn money_call<Req, Res, F>(
 where
     Req: DeserializeOwned,
     Res: Serialize,
-    F: AsyncFnOnce(&InProcessProvider, &str, &Req) -> Result<Res, OutcomeUnknown>,
+    F: AsyncFnOnce(&InProcessProvider, &str, &Req) -> Result<Res, ChargeUpdateError>,
 {
     use actix_web::http::StatusCode;
     state.faults.http_calls.fetch_add(1, Ordering::SeqCst);
@@ -116,6 +117,7 @@ where
     }
     let result = match call(&state.provider, &key, &request).await {
         Ok(result) => result,
+        Err(ChargeUpdateError::Refused(why)) => return error(StatusCode::CONFLICT, &why),
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     };
     if state.faults.should_drop() {
@@ -138,7 +140,9 @@ async fn create_charge(
         &state,
         &req,
         &body,
-        async |p: &InProcessProvider, key: &str, r: &ChargeRequest| p.create_charge(key, r).await,
+        async |p: &InProcessProvider, key: &str, r: &ChargeRequest| {
+            Ok(p.create_charge(key, r).await?)
+        },
     )
     .await
 }
@@ -152,7 +156,43 @@ async fn create_refund(
         &state,
         &req,
         &body,
-        async |p: &InProcessProvider, key: &str, r: &RefundRequest| p.create_refund(key, r).await,
+        async |p: &InProcessProvider, key: &str, r: &RefundRequest| {
+            Ok(p.create_refund(key, r).await?)
+        },
+    )
+    .await
+}
+
+async fn capture_charge(
+    state: web::Data<SimState>,
+    req: HttpRequest,
+    charge_id: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    money_call(
+        &state,
+        &req,
+        &body,
+        async |p: &InProcessProvider, key: &str, r: &CaptureRequest| {
+            p.capture_charge(key, &charge_id, r).await
+        },
+    )
+    .await
+}
+
+async fn cancel_charge(
+    state: web::Data<SimState>,
+    req: HttpRequest,
+    charge_id: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    money_call(
+        &state,
+        &req,
+        &body,
+        async |p: &InProcessProvider, key: &str, _: &serde_json::Value| {
+            p.cancel_charge(key, &charge_id).await
+        },
     )
     .await
 }
@@ -190,6 +230,8 @@ pub fn serve(
             .app_data(web::PayloadConfig::new(64 * 1024))
             .route("/v1/charges", web::post().to(create_charge))
             .route("/v1/charges", web::get().to(list_charges))
+            .route("/v1/charges/{id}/capture", web::post().to(capture_charge))
+            .route("/v1/charges/{id}/cancel", web::post().to(cancel_charge))
             .route("/v1/refunds", web::post().to(create_refund))
             .route("/v1/refunds", web::get().to(list_refunds))
     })

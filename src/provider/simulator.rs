@@ -9,8 +9,8 @@ use futures_util::future::LocalBoxFuture;
 
 use super::webhook_delivery::{WebhookDelivery, charge_event};
 use super::{
-    Charge, ChargeRequest, OutcomeUnknown, PaymentProvider, ProviderRefund, ProviderStatus,
-    RefundRequest,
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, ChargeUpdateError, OutcomeUnknown,
+    PaymentProvider, ProviderRefund, ProviderStatus, RefundRequest,
 };
 
 #[derive(Default)]
@@ -19,12 +19,28 @@ struct Ledger {
     charge_by_key: HashMap<String, usize>,
     /// Every charge call, including those answered from the idempotency record.
     charge_calls: u64,
-    /// Payment method of each pending charge, by charge id: decides how it completes.
-    pending_methods: HashMap<String, String>,
+    /// Payment method and capture flag of each pending charge, by charge id: decide how it
+    /// completes.
+    pending_methods: HashMap<String, (String, bool)>,
     refunds: Vec<ProviderRefund>,
     refund_by_key: HashMap<String, usize>,
     /// Every refund call, including those answered from the idempotency record.
     refund_calls: u64,
+    /// Captures and cancels that moved a charge, in order (one per idempotency key).
+    captures: Vec<ChargeUpdate>,
+    cancels: Vec<ChargeUpdate>,
+    /// The first answer to each capture or cancel key, refusals included.
+    update_by_key: HashMap<String, Result<ChargeUpdate, String>>,
+    /// Every capture and cancel call, including those answered from the idempotency record.
+    capture_calls: u64,
+    cancel_calls: u64,
+}
+
+/// What a capture or cancel does to an authorized charge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChargeMove {
+    Capture(i64),
+    Cancel,
 }
 
 #[derive(Default)]
@@ -88,8 +104,9 @@ impl Simulator {
     /// or `None` if it is unknown or was completed already.
     pub fn complete_pending(&self, charge_id: &str) -> Option<Charge> {
         let mut ledger = self.ledger();
-        let method = ledger.pending_methods.remove(charge_id)?;
+        let (method, capture) = ledger.pending_methods.remove(charge_id)?;
         let (status, failure_code, failure_message) = Self::decide_async(&method);
+        let status = Self::held_unless_captured(status, capture);
         let charge = ledger.charges.iter_mut().find(|c| c.id == charge_id)?;
         charge.status = status;
         charge.failure_code = failure_code.map(str::to_owned);
@@ -105,6 +122,7 @@ impl Simulator {
             return ledger.charges[index].clone();
         }
         let (status, failure_code, failure_message) = Self::decide(&request.payment_method);
+        let status = Self::held_unless_captured(status, request.capture);
         let charge = Charge {
             id: format!("ch_{}", uuid::Uuid::new_v4().simple()),
             status,
@@ -115,9 +133,10 @@ impl Simulator {
             failure_message: failure_message.map(str::to_owned),
         };
         if status == ProviderStatus::Pending {
-            ledger
-                .pending_methods
-                .insert(charge.id.clone(), request.payment_method.clone());
+            ledger.pending_methods.insert(
+                charge.id.clone(),
+                (request.payment_method.clone(), request.capture),
+            );
         }
         let index = ledger.charges.len();
         ledger.charges.push(charge.clone());
@@ -125,6 +144,96 @@ impl Simulator {
             .charge_by_key
             .insert(idempotency_key.to_owned(), index);
         charge
+    }
+
+    /// An approval without capture is an authorization.
+    fn held_unless_captured(status: ProviderStatus, capture: bool) -> ProviderStatus {
+        match status {
+            ProviderStatus::Succeeded if !capture => ProviderStatus::RequiresCapture,
+            other => other,
+        }
+    }
+
+    /// Captures (part of) or cancels an authorized charge, once per idempotency key: the
+    /// same key again returns the first answer, refusal included. Refused (as a provider's
+    /// 409) when the charge is unknown, not authorized any more, or asked for more than it
+    /// holds.
+    pub fn update_charge(
+        &self,
+        idempotency_key: &str,
+        charge_id: &str,
+        change: ChargeMove,
+    ) -> Result<ChargeUpdate, String> {
+        let mut ledger = self.ledger();
+        match change {
+            ChargeMove::Capture(_) => ledger.capture_calls += 1,
+            ChargeMove::Cancel => ledger.cancel_calls += 1,
+        }
+        if let Some(first) = ledger.update_by_key.get(idempotency_key) {
+            return first.clone();
+        }
+        let answer = match ledger.charges.iter_mut().find(|c| c.id == charge_id) {
+            None => Err(format!("no such charge: {charge_id}")),
+            Some(charge) if charge.status != ProviderStatus::RequiresCapture => Err(format!(
+                "charge {charge_id} is not capturable (status {:?})",
+                charge.status
+            )),
+            Some(charge) => match change {
+                ChargeMove::Capture(amount) if amount < 1 || amount > charge.amount => {
+                    Err(format!(
+                        "cannot capture {amount} of an authorization of {}",
+                        charge.amount
+                    ))
+                }
+                ChargeMove::Capture(amount) => {
+                    charge.status = ProviderStatus::Succeeded;
+                    Ok(ChargeUpdate {
+                        id: charge.id.clone(),
+                        status: ProviderStatus::Succeeded,
+                        amount_captured: Some(amount),
+                        reference: charge.reference.clone(),
+                    })
+                }
+                ChargeMove::Cancel => {
+                    charge.status = ProviderStatus::Canceled;
+                    Ok(ChargeUpdate {
+                        id: charge.id.clone(),
+                        status: ProviderStatus::Canceled,
+                        amount_captured: None,
+                        reference: charge.reference.clone(),
+                    })
+                }
+            },
+        };
+        if let Ok(update) = &answer {
+            match change {
+                ChargeMove::Capture(_) => ledger.captures.push(update.clone()),
+                ChargeMove::Cancel => ledger.cancels.push(update.clone()),
+            }
+        }
+        ledger
+            .update_by_key
+            .insert(idempotency_key.to_owned(), answer.clone());
+        answer
+    }
+
+    /// Every capture that charged, in order (one per idempotency key).
+    pub fn captures(&self) -> Vec<ChargeUpdate> {
+        self.ledger().captures.clone()
+    }
+
+    /// Every cancel that released an authorization, in order.
+    pub fn cancels(&self) -> Vec<ChargeUpdate> {
+        self.ledger().cancels.clone()
+    }
+
+    /// How many capture and cancel calls arrived, replays and refusals included.
+    pub fn capture_calls(&self) -> u64 {
+        self.ledger().capture_calls
+    }
+
+    pub fn cancel_calls(&self) -> u64 {
+        self.ledger().cancel_calls
     }
 
     /// Every charge made, in order (one per idempotency key).
@@ -252,6 +361,47 @@ impl PaymentProvider for InProcessProvider {
             Ok(refund)
         })
     }
+
+    fn capture_charge<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        charge_id: &'a str,
+        request: &'a CaptureRequest,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+        self.update_later(
+            idempotency_key,
+            charge_id,
+            ChargeMove::Capture(request.amount),
+        )
+    }
+
+    fn cancel_charge<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        charge_id: &'a str,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+        self.update_later(idempotency_key, charge_id, ChargeMove::Cancel)
+    }
+}
+
+impl InProcessProvider {
+    /// As for charges: the money moves first, then the answer takes its time.
+    fn update_later<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        charge_id: &'a str,
+        change: ChargeMove,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+        Box::pin(async move {
+            let answer = self
+                .simulator
+                .update_charge(idempotency_key, charge_id, change);
+            if !self.latency.is_zero() {
+                actix_web::rt::time::sleep(self.latency).await;
+            }
+            answer.map_err(ChargeUpdateError::Refused)
+        })
+    }
 }
 
 #[cfg(test)]
@@ -264,7 +414,51 @@ mod tests {
             currency: "usd".into(),
             payment_method: method.into(),
             reference: "pay_x".into(),
+            capture: true,
         }
+    }
+
+    #[test]
+    fn authorizations_are_captured_or_canceled_once() {
+        let sim = Simulator::new();
+        let mut manual = request("pm_card_visa");
+        manual.capture = false;
+        let held = sim.charge("pay_a", &manual);
+        assert_eq!(held.status, ProviderStatus::RequiresCapture);
+        let captured = sim
+            .update_charge("cap_1", &held.id, ChargeMove::Capture(1500))
+            .unwrap();
+        assert_eq!(captured.amount_captured, Some(1500));
+        assert_eq!(
+            sim.update_charge("cap_1", &held.id, ChargeMove::Capture(1500)),
+            Ok(captured),
+            "the same key answers the same"
+        );
+        assert!(
+            sim.update_charge("cnl_1", &held.id, ChargeMove::Cancel)
+                .is_err(),
+            "a captured charge cannot be canceled"
+        );
+        assert_eq!(sim.captures().len(), 1);
+        assert_eq!(sim.capture_calls(), 2);
+
+        let other = sim.charge("pay_b", &manual);
+        assert!(
+            sim.update_charge("cap_2", &other.id, ChargeMove::Capture(2001))
+                .is_err(),
+            "more than authorized"
+        );
+        assert!(
+            sim.update_charge("cnl_2", &other.id, ChargeMove::Cancel)
+                .is_ok()
+        );
+        assert_eq!(sim.cancels().len(), 1);
+        let visa = sim.charge("pay_c", &request("pm_card_visa"));
+        assert!(
+            sim.update_charge("cap_3", &visa.id, ChargeMove::Capture(1))
+                .is_err(),
+            "an automatic charge is not capturable"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{Charge, ProviderStatus};
 use crate::domain::format_timestamp;
-use crate::webhooks::{WebhookSecret, sign};
+use crate::signing::{WebhookSecret, sign};
 
 /// One event as sent: its id (`webhook-id`) and its exact body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,12 +36,14 @@ struct ChargeEventData<'a> {
     failure_message: Option<&'a str>,
 }
 
-/// `charge.succeeded` / `charge.failed` for a finished charge; `None` while it is pending.
+/// `charge.succeeded` / `charge.failed` / `charge.requires_capture` for a finished charge;
+/// `None` while it is pending.
 pub fn charge_event(charge: &Charge) -> Option<OutboundEvent> {
     let event_type = match charge.status {
         ProviderStatus::Succeeded => "charge.succeeded",
         ProviderStatus::Failed => "charge.failed",
-        ProviderStatus::Pending => return None,
+        ProviderStatus::RequiresCapture => "charge.requires_capture",
+        ProviderStatus::Pending | ProviderStatus::Canceled => return None,
     };
     let body = EventBody {
         kind: event_type,

@@ -23,15 +23,15 @@ pub mod request;
 pub mod view;
 
 use crate::auth::Merchant;
+use crate::db::DbConnection;
 use crate::db::refunds::{self as rows, FAILED, PENDING, RefundRow, SUCCEEDED};
-use crate::db::{DbConnection, DbError};
-use crate::domain::{IdempotencyKey, RefundId, Timestamp, new_lease_token, now};
+use crate::domain::{IdempotencyKey, PaymentId, RefundId, Timestamp, now};
 use crate::error::ApiError;
-use crate::idempotency::{self, Answer, Followed, IdempotentRecord};
-use crate::metrics::{self, IdempotencyOutcome};
-use crate::payments::lease;
-use crate::provider::{ProviderRefund, ProviderStatus, RefundRequest};
-use crate::startup::AppState;
+use crate::events::{self, EventType, NewEvent};
+use crate::idempotency::{Answer, idempotent_record};
+use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
+use crate::provider::{OutcomeUnknown, ProviderRefund, ProviderStatus, RefundRequest};
+use crate::state::AppState;
 
 pub use request::{NewRefund, RefundReason};
 
@@ -65,7 +65,9 @@ impl RefundOutcome {
                 provider_refund_id: Some(refund.id),
                 failure_code: refund.failure_code,
             }),
-            ProviderStatus::Pending => None,
+            ProviderStatus::Pending
+            | ProviderStatus::RequiresCapture
+            | ProviderStatus::Canceled => None,
         }
     }
 }
@@ -93,13 +95,14 @@ pub fn apply_refund_outcome(
     conn: &mut DbConnection,
     refund_id: &str,
     outcome: &RefundOutcome,
+    made_by: Option<&RequestRef>,
 ) -> diesel::QueryResult<OutcomeApplied> {
     use diesel::Connection;
     conn.transaction(|conn| {
         let at = now();
         // Write first: it is the guard, and on SQLite it takes the write lock before any read.
-        let ours = rows::lock_pending(conn, refund_id, at)?;
-        let Some(mut row) = rows::find(conn, refund_id)? else {
+        let ours = rows::lock_unfinished(conn, refund_id, at)?;
+        let Some(mut row) = rows::find_by_id(conn, refund_id)? else {
             return Ok(OutcomeApplied::UnknownRefund);
         };
         if !ours {
@@ -128,67 +131,171 @@ pub fn apply_refund_outcome(
         let body = view::render(&row)
             .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
         row.response_status = Some(201);
-        row.response_body = Some(body);
+        row.response_body = Some(body.clone());
         if !rows::finish(conn, &row)? {
             // Cannot happen while this transaction holds the pending row; never half-apply.
             return Err(diesel::result::Error::RollbackTransaction);
+        }
+        if let Some(kind) = EventType::of_refund_status(&row.status) {
+            events::record(
+                conn,
+                NewEvent {
+                    merchant_id: &row.merchant_id,
+                    kind,
+                    object_id: &row.id,
+                    object: &body,
+                    request: made_by,
+                },
+            )?;
         }
         Ok(OutcomeApplied::Applied(row))
     })
 }
 
+idempotent_record!(RefundRow);
+
+/// Refunding, as an [`Operation`]: the claim also reserves the amount on the payment; the
+/// provider call is the refund of the payment's charge.
+pub struct CreateRefund;
+
+impl Operation for CreateRefund {
+    type Row = RefundRow;
+    /// The payment's provider charge.
+    type Call = String;
+    type Outcome = RefundOutcome;
+
+    fn resource(_: &RefundRow) -> &'static str {
+        RESOURCE
+    }
+
+    fn claim(
+        conn: &mut DbConnection,
+        claim: &RefundRow,
+    ) -> diesel::QueryResult<Claimed<RefundRow, String>> {
+        claim_refund(conn, claim)
+    }
+
+    fn find_by_key(
+        conn: &mut DbConnection,
+        claim: &RefundRow,
+    ) -> diesel::QueryResult<Option<RefundRow>> {
+        rows::find_by_idempotency_key(conn, &claim.merchant_id, &claim.idempotency_key)
+    }
+
+    fn find(conn: &mut DbConnection, id: &str) -> diesel::QueryResult<Option<RefundRow>> {
+        rows::find_by_id(conn, id)
+    }
+
+    fn take_over(
+        conn: &mut DbConnection,
+        id: &str,
+        token: &str,
+        now: Timestamp,
+        lease: chrono::Duration,
+    ) -> diesel::QueryResult<bool> {
+        rows::take_over(conn, id, token, now, lease)
+    }
+
+    fn call_for(conn: &mut DbConnection, row: &RefundRow) -> diesel::QueryResult<String> {
+        rows::find_payment(conn, &row.merchant_id, &row.payment_id)?
+            .and_then(|p| p.provider_charge_id)
+            .ok_or(diesel::result::Error::NotFound)
+    }
+
+    async fn call(
+        state: &AppState,
+        row: &RefundRow,
+        charge: &String,
+    ) -> Result<Called<RefundOutcome>, OutcomeUnknown> {
+        let request = RefundRequest {
+            charge: charge.clone(),
+            amount: row.amount,
+            reference: row.id.clone(),
+        };
+        let refund = state.provider.create_refund(&row.id, &request).await?;
+        let id = refund.id.clone();
+        Ok(match RefundOutcome::from_provider(refund) {
+            Some(outcome) => Called::Final(outcome),
+            None => Called::Pending(Some(id)),
+        })
+    }
+
+    fn finish(
+        conn: &mut DbConnection,
+        row: &RefundRow,
+        outcome: &RefundOutcome,
+        request: Option<&RequestRef>,
+    ) -> diesel::QueryResult<RefundRow> {
+        match apply_refund_outcome(conn, &row.id, outcome, request)? {
+            OutcomeApplied::Applied(row) | OutcomeApplied::AlreadyFinal(row) => Ok(row),
+            OutcomeApplied::UnknownRefund => Err(diesel::result::Error::NotFound),
+        }
+    }
+
+    /// The amount stays reserved while the outcome is unknown.
+    fn release(
+        conn: &mut DbConnection,
+        row: &RefundRow,
+        token: &str,
+        provider_refund_id: Option<&str>,
+    ) -> diesel::QueryResult<String> {
+        let mut row = row.clone();
+        row.provider_refund_id = provider_refund_id
+            .map(str::to_owned)
+            .or(row.provider_refund_id);
+        row.lease_token = None;
+        row.lease_expires_at = None;
+        row.updated_at = now();
+        rows::release(
+            conn,
+            &row.id,
+            token,
+            row.provider_refund_id.as_deref(),
+            row.updated_at,
+        )?;
+        view::render(&row).map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
+    }
+
+    fn find_abandoned(
+        conn: &mut DbConnection,
+        now: Timestamp,
+        idle_since: Timestamp,
+        limit: i64,
+    ) -> diesel::QueryResult<Vec<RefundRow>> {
+        rows::find_abandoned(conn, now, idle_since, limit)
+    }
+}
+
 pub async fn create_refund(
     state: &AppState,
     merchant: &Merchant,
-    payment_id: String,
+    payment_id: PaymentId,
     key: IdempotencyKey,
     request: NewRefund,
-) -> Result<Answer, ApiError> {
-    // A key whose final answer (a refund, or a stored refusal) this instance has seen is
-    // answered from memory: final answers never change.
-    let fingerprint = request.fingerprint(&payment_id);
-    let answers = &state.final_answers;
-    if let Some(answer) = answers.answer(RESOURCE, &merchant.id, key.as_str(), &fingerprint) {
-        return answer;
-    }
-    let answer = claim_or_follow(state, merchant, payment_id, &key, request, &fingerprint).await?;
-    answers.remember(RESOURCE, &merchant.id, key.as_str(), &fingerprint, &answer);
-    Ok(answer)
-}
-
-/// Names refunds in the idempotency scopes and metrics.
-const RESOURCE: &str = "refund";
-
-async fn claim_or_follow(
-    state: &AppState,
-    merchant: &Merchant,
-    payment_id: String,
-    key: &IdempotencyKey,
-    request: NewRefund,
-    fingerprint: &str,
+    request_id: Option<String>,
 ) -> Result<Answer, ApiError> {
     // An unknown (or another merchant's) payment is answered before anything is stored,
-    // like a validation failure: there is nothing a key could be bound to.
+    // like a validation failure: there is nothing a key could be bound to. (A key whose
+    // final answer this instance has seen is answered from memory by `execute` before any
+    // claim; this read comes first only because a claim needs the payment's currency.)
     let payment = {
         let merchant_id = merchant.id.clone();
+        let payment_id = payment_id.clone();
         state
             .db
-            .run(move |conn| rows::find_payment(conn, &merchant_id, &payment_id))
+            .run(move |conn| rows::find_payment(conn, &merchant_id, payment_id.as_str()))
             .await?
             .ok_or_else(no_such_payment)?
     };
-    // A succeeded payment's charge never changes: the refund below can use this one.
-    let charge_id = payment.provider_charge_id.clone();
-    let created_at = now();
-    let token = new_lease_token();
-    let requested = request.amount.map(|a| a.minor_units());
+    let lease = Lease::new(state);
     let claim = RefundRow {
         id: RefundId::generate().to_string(),
         merchant_id: merchant.id.clone(),
         payment_id: payment.id.clone(),
         idempotency_key: key.as_str().to_owned(),
-        request_fingerprint: fingerprint.to_owned(),
-        amount: requested.unwrap_or(0),
+        request_fingerprint: request.fingerprint(payment_id.as_str()),
+        // 0 stands for "what is left", resolved by the claim.
+        amount: request.amount.map(|a| a.minor_units()).unwrap_or(0),
         currency: payment.currency,
         status: PENDING.to_owned(),
         reason: request.reason.map(|r| r.as_str().to_owned()),
@@ -196,62 +303,32 @@ async fn claim_or_follow(
         failure_code: None,
         response_status: None,
         response_body: None,
-        lease_token: Some(token.clone()),
-        lease_expires_at: Some(created_at + lease(state)),
+        lease_token: Some(lease.token),
+        lease_expires_at: Some(lease.expires_at),
         provider_attempts: 1,
-        created_at,
-        updated_at: created_at,
+        created_at: lease.at,
+        updated_at: lease.at,
     };
-
-    let claimed = {
-        let claim = claim.clone();
-        state
-            .db
-            .run(move |conn| claim_refund(conn, &claim, requested))
-            .await
-    };
-    match claimed {
-        Ok(Claimed::Reserved(row)) => {
-            metrics::idempotency(RESOURCE, IdempotencyOutcome::Created);
-            tracing::info!(refund_id = %row.id, payment_id = %row.payment_id, amount = row.amount, "refund claimed");
-            return drive_detached(state, *row, token, charge_id).await;
-        }
-        Ok(Claimed::Refused(answer)) => {
-            tracing::info!(refund_id = %claim.id, status = answer.status, "refund refused");
-            return Ok(answer);
-        }
-        Err(DbError::UniqueViolation(_)) => {}
-        Err(e) => return Err(e.into()),
-    }
-
-    let (merchant_id, key_text) = (merchant.id.clone(), key.as_str().to_owned());
-    let existing = state
-        .db
-        .run(move |conn| rows::find_by_idempotency_key(conn, &merchant_id, &key_text))
-        .await?
-        .ok_or_else(|| ApiError::internal("idempotency key conflict without a stored refund"))?;
-    if existing.request_fingerprint != claim.request_fingerprint {
-        return Err(ApiError::IdempotencyKeyReused);
-    }
-    follow(state, existing).await
+    let origin = request_id.map(|id| RequestRef {
+        id,
+        idempotency_key: Some(key.as_str().to_owned()),
+    });
+    operations::execute::<CreateRefund>(state, claim, origin).await
 }
 
-enum Claimed {
-    /// The key is ours and the amount is held on the payment: call the provider.
-    Reserved(Box<RefundRow>),
-    /// The key is ours but the payment cannot give this refund: a stored final answer.
-    Refused(Answer),
-}
+/// Names refunds in the idempotency scopes and metrics.
+const RESOURCE: &str = "refund";
 
 /// One transaction: the insert that decides the winner (first, so on SQLite the
 /// transaction writes before it reads, and on PostgreSQL a unique violation aborts
-/// nothing else), then the guarded reservation, or the stored refusal.
+/// nothing else), then the guarded reservation, or the stored refusal. An amount of 0 in
+/// the claim asks for all that is left.
 fn claim_refund(
     conn: &mut DbConnection,
     claim: &RefundRow,
-    requested: Option<i64>,
-) -> diesel::QueryResult<Claimed> {
+) -> diesel::QueryResult<Claimed<RefundRow, String>> {
     use diesel::Connection;
+    let requested = (claim.amount > 0).then_some(claim.amount);
     conn.transaction(|conn| {
         rows::insert(conn, claim)?;
         for _ in 0..RESERVE_ATTEMPTS {
@@ -277,17 +354,15 @@ fn claim_refund(
                 })
             };
             if let Some(refusal) = refusal {
-                use actix_web::ResponseError;
-                let status = refusal.status_code().as_u16();
-                let body = refusal.problem_json();
+                let answer = Answer::refusal(&refusal);
                 rows::reject(
                     conn,
                     &claim.id,
                     requested.unwrap_or(0),
-                    i32::from(status),
-                    &body,
+                    i32::from(answer.status),
+                    &answer.body,
                 )?;
-                return Ok(Claimed::Refused(Answer::new(status, body)));
+                return Ok(Claimed::Refused(answer));
             }
             let amount = requested.unwrap_or(left);
             if rows::reserve(conn, &claim.payment_id, amount)? {
@@ -296,7 +371,10 @@ fn claim_refund(
                 }
                 let mut row = claim.clone();
                 row.amount = amount;
-                return Ok(Claimed::Reserved(Box::new(row)));
+                let charge = payment
+                    .provider_charge_id
+                    .ok_or(diesel::result::Error::NotFound)?;
+                return Ok(Claimed::Won(row, charge));
             }
             // A concurrent refund changed the payment after our read: read it again.
         }
@@ -306,208 +384,15 @@ fn claim_refund(
     })
 }
 
-impl IdempotentRecord for RefundRow {
-    fn record_id(&self) -> &str {
-        &self.id
-    }
-
-    fn stored_response(&self) -> (Option<i32>, Option<&str>) {
-        (self.response_status, self.response_body.as_deref())
-    }
-
-    fn lease_expires_at(&self) -> Option<Timestamp> {
-        self.lease_expires_at
-    }
-}
-
 fn no_such_payment() -> ApiError {
     ApiError::NotFound("no such payment".to_owned())
-}
-
-/// A duplicate of an existing refund request: replay it if final, take it over if nobody
-/// owns it, otherwise wait up to `IDEMPOTENCY_WAIT_MS` for the request that owns it.
-async fn follow(state: &AppState, row: RefundRow) -> Result<Answer, ApiError> {
-    let followed = idempotency::follow(
-        &state.inflight,
-        state.settings.idempotency_wait,
-        row,
-        |id, token| {
-            let lease = lease(state);
-            async move {
-                Ok(state
-                    .db
-                    .run(move |conn| rows::take_over(conn, &id, &token, now(), lease))
-                    .await?)
-            }
-        },
-        |id| async move {
-            state
-                .db
-                .run(move |conn| rows::find(conn, &id))
-                .await?
-                .ok_or_else(|| ApiError::internal("refund vanished while waiting"))
-        },
-    )
-    .await;
-    idempotency::observe(RESOURCE, &followed);
-    match followed? {
-        Followed::Answer(answer) => Ok(answer),
-        Followed::TakenOver(row, token) => drive_detached(state, row, token, None).await,
-    }
-}
-
-/// For the recovery worker: takes over an abandoned pending refund and drives it to an
-/// outcome. `None` when someone else owns it (or it is no longer pending).
-pub async fn resume(state: &AppState, row: RefundRow) -> Result<Option<Answer>, ApiError> {
-    let token = new_lease_token();
-    let (id, t, lease) = (row.id.clone(), token.clone(), lease(state));
-    let won = state
-        .db
-        .run(move |conn| rows::take_over(conn, &id, &t, now(), lease))
-        .await?;
-    if !won {
-        return Ok(None);
-    }
-    drive_detached(state, row, token, None).await.map(Some)
-}
-
-/// Runs the provider call on its own task, so that a client hanging up mid-request does
-/// not abandon a refund half-way: the work finishes and its outcome is stored regardless.
-async fn drive_detached(
-    state: &AppState,
-    row: RefundRow,
-    token: String,
-    charge_id: Option<String>,
-) -> Result<Answer, ApiError> {
-    let state = state.clone();
-    actix_web::rt::spawn(async move { drive(&state, row, token, charge_id).await })
-        .await
-        .map_err(|e| ApiError::internal(format!("refund task failed: {e}")))?
-}
-
-/// Holds the lease of `row` (whose amount is reserved): asks the provider, with our refund
-/// id as its idempotency key so asking again can never refund twice, and records the answer.
-/// `charge_id` is the payment's provider charge when the caller already read it.
-pub async fn drive(
-    state: &AppState,
-    row: RefundRow,
-    token: String,
-    charge_id: Option<String>,
-) -> Result<Answer, ApiError> {
-    let inflight = state.inflight.register(
-        &row.id,
-        idempotency::scope_key(RESOURCE, &row.merchant_id, &row.idempotency_key),
-        &row.request_fingerprint,
-    );
-    let charge = match charge_id {
-        Some(charge) => charge,
-        None => {
-            let (merchant_id, payment_id) = (row.merchant_id.clone(), row.payment_id.clone());
-            state
-                .db
-                .run(move |conn| rows::find_payment(conn, &merchant_id, &payment_id))
-                .await?
-                .and_then(|p| p.provider_charge_id)
-                .ok_or_else(|| {
-                    ApiError::internal("refund of a payment without a provider charge")
-                })?
-        }
-    };
-    let request = RefundRequest {
-        charge,
-        amount: row.amount,
-        reference: row.id.clone(),
-    };
-    let answer = match state.provider.create_refund(&row.id, &request).await {
-        Ok(refund) => match RefundOutcome::from_provider(refund.clone()) {
-            Some(outcome) => match finish(state, &row.id, outcome.clone()).await {
-                Err(ApiError::ServiceUnavailable) => {
-                    // As for payments: 503 now, the answer stored once the database is back.
-                    let (state, id) = (state.clone(), row.id.clone());
-                    actix_web::rt::spawn(async move {
-                        let lease = state.settings.processing_lease;
-                        idempotency::store_when_possible(id.clone(), lease, || {
-                            finish(&state, &id, outcome.clone())
-                        })
-                        .await
-                    });
-                    return Err(ApiError::ServiceUnavailable);
-                }
-                finished => finished?,
-            },
-            None => {
-                tracing::info!(refund_id = %row.id, provider_refund_id = %refund.id, "refund pending at the provider");
-                release(state, row, &token, Some(refund.id)).await?
-            }
-        },
-        Err(unknown) => {
-            tracing::warn!(refund_id = %row.id, error = %unknown, "refund outcome unknown");
-            release(state, row, &token, None).await?
-        }
-    };
-    inflight.settle(&answer);
-    Ok(answer)
-}
-
-/// Records a final provider answer. If another path (a webhook, another instance) finished
-/// the refund first, its stored answer is the answer.
-async fn finish(
-    state: &AppState,
-    refund_id: &str,
-    outcome: RefundOutcome,
-) -> Result<Answer, ApiError> {
-    let id = refund_id.to_owned();
-    let applied = state
-        .db
-        .run(move |conn| apply_refund_outcome(conn, &id, &outcome))
-        .await?;
-    let row = match applied {
-        OutcomeApplied::Applied(row) => {
-            tracing::info!(refund_id = %row.id, status = %row.status, "refund finished");
-            row
-        }
-        OutcomeApplied::AlreadyFinal(row) => row,
-        OutcomeApplied::UnknownRefund => {
-            return Err(ApiError::internal("refund vanished while finishing"));
-        }
-    };
-    row.stored_answer()
-        .ok_or_else(|| ApiError::internal("refund not final after finishing"))
-}
-
-/// The outcome is not known yet: give up the lease so a retry or the recovery worker can
-/// resume at once, and answer 202 with the refund as it is. The amount stays reserved.
-async fn release(
-    state: &AppState,
-    mut row: RefundRow,
-    token: &str,
-    provider_refund_id: Option<String>,
-) -> Result<Answer, ApiError> {
-    row.provider_refund_id = provider_refund_id.or(row.provider_refund_id);
-    row.lease_token = None;
-    row.lease_expires_at = None;
-    row.updated_at = now();
-    let (id, token, refund_id, updated_at) = (
-        row.id.clone(),
-        token.to_owned(),
-        row.provider_refund_id.clone(),
-        row.updated_at,
-    );
-    state
-        .db
-        .run(move |conn| rows::release(conn, &id, &token, refund_id.as_deref(), updated_at))
-        .await?;
-    Ok(Answer::new(
-        202,
-        view::render(&row).map_err(ApiError::internal)?,
-    ))
 }
 
 /// The refunds of one of the merchant's payments, newest first.
 pub async fn list_refunds(
     state: &AppState,
     merchant: &Merchant,
-    payment_id: String,
+    payment_id: PaymentId,
     limit: i64,
     starting_after: Option<String>,
 ) -> Result<String, ApiError> {
@@ -515,10 +400,11 @@ pub async fn list_refunds(
     let mut rows = state
         .db
         .run(move |conn| {
-            if rows::find_payment(conn, &merchant_id, &payment_id)?.is_none() {
+            if rows::find_payment(conn, &merchant_id, payment_id.as_str())?.is_none() {
                 return Ok(None);
             }
-            rows::list_for_payment(conn, &payment_id, limit, starting_after.as_deref()).map(Some)
+            rows::list_for_payment(conn, payment_id.as_str(), limit, starting_after.as_deref())
+                .map(Some)
         })
         .await?
         .ok_or_else(no_such_payment)?;

@@ -3,9 +3,9 @@
 
 use serde::Serialize;
 
+use crate::body::JsonObject;
 use crate::domain::{Amount, sha256_hex};
 use crate::error::ApiError;
-use crate::routes::input::JsonObject;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
 #[schema(rename_all = "snake_case")]

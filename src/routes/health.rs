@@ -4,7 +4,7 @@ use actix_web::{HttpResponse, web};
 use diesel::connection::SimpleConnection;
 
 use crate::error::ApiError;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// Readiness answers within this, whatever the database does (a load balancer's probe
 /// timeout is typically a few seconds).
@@ -14,6 +14,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(2);
 #[utoipa::path(
     get,
     path = "/health/live",
+    operation_id = "checkLiveness",
     tag = "operations",
     security(()),
     responses((status = 200, description = "Alive", body = Object, example = json!({"status": "ok"}))),
@@ -26,6 +27,7 @@ pub async fn live() -> HttpResponse {
 #[utoipa::path(
     get,
     path = "/health/ready",
+    operation_id = "checkReadiness",
     tag = "operations",
     security(()),
     responses(

@@ -1,14 +1,16 @@
-//! Reading request input: the JSON body (content type, size limit, unknown fields, types)
-//! and query strings, turning every problem into a 4xx that names the field at fault.
-
-use std::collections::BTreeMap;
+//! Reading request input: the JSON body (content type, size limit, unknown fields, types),
+//! query strings and path ids, turning every problem into a 4xx that names the field at
+//! fault. Every string a request carries is checked here, once, by
+//! [`check_text`](crate::domain::check_text): whatever gets past this module is text the
+//! database accepts on either backend. Headers are visible ASCII by the time a handler
+//! reads them (`Idempotency-Key`, `Authorization`, `webhook-*` are parsed as such).
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, web};
 use futures_util::StreamExt;
-use serde_json::{Map, Value};
 
-use crate::domain::IdempotencyKey;
+pub use crate::body::{JsonObject, parse_json};
+use crate::domain::{IdempotencyKey, ObjectId, check_text};
 use crate::error::ApiError;
 
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -29,6 +31,24 @@ pub async fn read_json_body(
         return Err(ApiError::UnsupportedMediaType);
     }
     read_body(req, payload).await
+}
+
+/// The body of a POST whose fields are all optional: no body at all is fine whatever the
+/// content type; a body must be JSON (415 otherwise).
+pub async fn read_optional_json_body(
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<web::Bytes, ApiError> {
+    let has_content_type = req.headers().contains_key(header::CONTENT_TYPE);
+    if has_content_type {
+        return read_json_body(req, payload).await;
+    }
+    let body = read_body(req, payload).await?;
+    if body.is_empty() {
+        Ok(body)
+    } else {
+        Err(ApiError::UnsupportedMediaType)
+    }
 }
 
 /// The raw body, whatever its content type, up to the limit: 413 beyond 64 KiB (checked on
@@ -75,122 +95,6 @@ pub fn idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, ApiError> {
     IdempotencyKey::parse(first.as_bytes()).map_err(ApiError::IdempotencyKeyInvalid)
 }
 
-/// A JSON object body whose fields are taken one by one; fields that are not allowed are
-/// refused up front so that a typo never silently drops a value.
-pub struct JsonObject {
-    fields: Map<String, Value>,
-}
-
-impl JsonObject {
-    pub fn parse(body: &[u8], allowed: &[&str]) -> Result<Self, ApiError> {
-        let value: Value = serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest {
-            detail: format!("the body is not valid JSON: {e}"),
-            param: None,
-        })?;
-        let Value::Object(fields) = value else {
-            return Err(ApiError::InvalidRequest {
-                detail: "the body must be a JSON object".to_owned(),
-                param: None,
-            });
-        };
-        if let Some(unknown) = fields.keys().find(|k| !allowed.contains(&k.as_str())) {
-            return Err(ApiError::invalid(
-                unknown.clone(),
-                format!("unknown field `{unknown}`"),
-            ));
-        }
-        Ok(Self { fields })
-    }
-
-    /// The field's value; JSON `null` counts as absent.
-    fn take(&mut self, name: &str) -> Option<Value> {
-        self.fields.remove(name).filter(|v| !v.is_null())
-    }
-
-    pub fn optional_integer(&mut self, name: &str) -> Result<Option<i64>, ApiError> {
-        match self.take(name) {
-            None => Ok(None),
-            Some(v) => v
-                .as_i64()
-                .map(Some)
-                .ok_or_else(|| ApiError::invalid(name, format!("`{name}` must be an integer"))),
-        }
-    }
-
-    pub fn required_integer(&mut self, name: &str) -> Result<i64, ApiError> {
-        self.optional_integer(name)?
-            .ok_or_else(|| ApiError::invalid(name, format!("`{name}` is required")))
-    }
-
-    pub fn optional_string(
-        &mut self,
-        name: &str,
-        max_chars: usize,
-    ) -> Result<Option<String>, ApiError> {
-        match self.take(name) {
-            None => Ok(None),
-            Some(Value::String(s)) if s.chars().count() <= max_chars => Ok(Some(s)),
-            Some(Value::String(_)) => Err(ApiError::invalid(
-                name,
-                format!("`{name}` must be at most {max_chars} characters"),
-            )),
-            Some(_) => Err(ApiError::invalid(
-                name,
-                format!("`{name}` must be a string"),
-            )),
-        }
-    }
-
-    pub fn required_string(&mut self, name: &str, max_chars: usize) -> Result<String, ApiError> {
-        self.optional_string(name, max_chars)?
-            .ok_or_else(|| ApiError::invalid(name, format!("`{name}` is required")))
-    }
-
-    /// An object of string values, e.g. `metadata`; absent or null is empty.
-    pub fn optional_string_map(
-        &mut self,
-        name: &str,
-        max_keys: usize,
-        max_key_chars: usize,
-        max_value_chars: usize,
-    ) -> Result<BTreeMap<String, String>, ApiError> {
-        let object = match self.take(name) {
-            None => return Ok(BTreeMap::new()),
-            Some(Value::Object(object)) => object,
-            Some(_) => {
-                return Err(ApiError::invalid(
-                    name,
-                    format!("`{name}` must be an object"),
-                ));
-            }
-        };
-        if object.len() > max_keys {
-            return Err(ApiError::invalid(
-                name,
-                format!("`{name}` may have at most {max_keys} keys"),
-            ));
-        }
-        object
-            .into_iter()
-            .map(|(key, value)| {
-                if key.is_empty() || key.chars().count() > max_key_chars {
-                    return Err(ApiError::invalid(
-                        name,
-                        format!("`{name}` keys must be 1 to {max_key_chars} characters"),
-                    ));
-                }
-                match value {
-                    Value::String(s) if s.chars().count() <= max_value_chars => Ok((key, s)),
-                    _ => Err(ApiError::invalid(
-                        name,
-                        format!("`{name}` values must be strings of at most {max_value_chars} characters"),
-                    )),
-                }
-            })
-            .collect()
-    }
-}
-
 /// Query parameters, each allowed at most once; unknown ones are refused.
 pub struct Query {
     pairs: Vec<(String, String)>,
@@ -205,7 +109,7 @@ impl Query {
                     param: None,
                 })?
                 .into_inner();
-        for (i, (name, _)) in pairs.iter().enumerate() {
+        for (i, (name, value)) in pairs.iter().enumerate() {
             if !allowed.contains(&name.as_str()) {
                 return Err(ApiError::invalid(
                     name.clone(),
@@ -218,6 +122,8 @@ impl Query {
                     format!("`{name}` may be given once"),
                 ));
             }
+            check_text(value)
+                .map_err(|rule| ApiError::invalid(name.clone(), format!("`{name}` {rule}")))?;
         }
         Ok(Self { pairs })
     }
@@ -256,6 +162,78 @@ impl Query {
                 "starting_after",
                 format!("`starting_after` must be {what}"),
             )),
+        }
+    }
+}
+
+/// The `{id}` of a route, parsed into its domain type. A segment that is not such an id
+/// names no object, so it is answered like an id that does not exist: 404 `not_found`.
+/// Called in the handler after authentication, so a caller without a valid key learns
+/// nothing (401) whatever the path.
+pub fn path_id<T: ObjectId>(raw: &str) -> Result<T, ApiError> {
+    T::parse_id(raw).ok_or_else(|| ApiError::NotFound(format!("no such {}", T::OBJECT)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{JsonObject, parse_json, path_id};
+    use crate::domain::PaymentId;
+    use crate::error::ApiError;
+
+    fn param_of(result: Result<serde_json::Value, ApiError>) -> Option<String> {
+        match result {
+            Err(ApiError::InvalidRequest { param, .. }) => param,
+            other => panic!("expected invalid_request, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_control_character_anywhere_in_the_body_names_its_top_level_field() {
+        for (body, param) in [
+            (r#"{"description": "a\u0000b"}"#, "description"),
+            (r#"{"metadata": {"k": "\u001b[31m"}}"#, "metadata"),
+            (r#"{"metadata": {"\u0000": "v"}}"#, "metadata"),
+            (r#"{"data": {"items": [1, "x", "\u007f"]}}"#, "data"),
+            ("{\"a\\u0001\": 1}", "a\u{1}"),
+        ] {
+            assert_eq!(
+                param_of(parse_json(body.as_bytes())).as_deref(),
+                Some(param),
+                "{body}"
+            );
+        }
+        assert_eq!(param_of(parse_json(br#"["\u0000"]"#)), None);
+    }
+
+    #[test]
+    fn lone_surrogates_are_not_json_text() {
+        for body in [r#"{"d": "\ud800"}"#, r#"{"d": "\udc00\ud800"}"#] {
+            assert!(parse_json(body.as_bytes()).is_err(), "{body}");
+        }
+    }
+
+    #[test]
+    fn text_with_lines_and_any_script_passes_to_the_getters() {
+        let body = r#"{"description": "line\n\ttab \u200f\u05e9 e\u0301 \ud83d\udcb3 \uffff"}"#;
+        let mut object = JsonObject::parse(body.as_bytes(), &["description"]).unwrap();
+        assert_eq!(
+            object
+                .optional_string("description", 100)
+                .unwrap()
+                .as_deref(),
+            Some("line\n\ttab \u{200f}\u{5e9} e\u{301} \u{1f4b3} \u{ffff}")
+        );
+    }
+
+    #[test]
+    fn a_path_segment_that_is_not_an_id_is_not_found() {
+        let id = PaymentId::generate();
+        assert_eq!(path_id::<PaymentId>(id.as_str()).unwrap(), id);
+        for bad in ["", "pay_\0", "pay_x", "re_0190a0b0c0d0e0f00000000000000000"] {
+            match path_id::<PaymentId>(bad) {
+                Err(ApiError::NotFound(detail)) => assert_eq!(detail, "no such payment"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
         }
     }
 }

@@ -1,17 +1,21 @@
 //! HTTP only: extract, authenticate, call one flow, answer.
 
+pub mod authenticate;
+pub mod events;
 pub mod health;
 pub mod input;
+pub mod openapi;
 pub mod ops;
 pub mod payments;
 pub mod refunds;
+pub mod webhook_endpoints;
 pub mod webhooks;
 
 use actix_web::http::Method;
 use actix_web::{HttpResponse, web};
 
 use crate::error::ApiError;
-use crate::openapi::operation;
+use crate::routes::openapi::operation;
 
 /// One route the service serves: what `configure` registers and what the OpenAPI document
 /// describes, from the same line, so a route cannot be served undocumented.
@@ -47,6 +51,18 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: Method::POST,
+        path: "/v1/payments/{id}/capture",
+        handler: || web::to(payments::capture),
+        doc: operation::<payments::__path_capture>,
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/payments/{id}/cancel",
+        handler: || web::to(payments::cancel),
+        doc: operation::<payments::__path_cancel>,
+    },
+    Route {
+        method: Method::POST,
         path: "/v1/payments/{id}/refunds",
         handler: || web::to(refunds::create),
         doc: operation::<refunds::__path_create>,
@@ -62,6 +78,72 @@ pub const ROUTES: &[Route] = &[
         path: "/v1/webhooks/provider",
         handler: || web::to(webhooks::provider),
         doc: operation::<webhooks::__path_provider>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/events",
+        handler: || web::to(events::list),
+        doc: operation::<events::__path_list>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/events/{id}",
+        handler: || web::to(events::get),
+        doc: operation::<events::__path_get>,
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/webhook_endpoints",
+        handler: || web::to(webhook_endpoints::create),
+        doc: operation::<webhook_endpoints::__path_create>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/webhook_endpoints",
+        handler: || web::to(webhook_endpoints::list),
+        doc: operation::<webhook_endpoints::__path_list>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/webhook_endpoints/{id}",
+        handler: || web::to(webhook_endpoints::get),
+        doc: operation::<webhook_endpoints::__path_get>,
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/webhook_endpoints/{id}",
+        handler: || web::to(webhook_endpoints::update),
+        doc: operation::<webhook_endpoints::__path_update>,
+    },
+    Route {
+        method: Method::DELETE,
+        path: "/v1/webhook_endpoints/{id}",
+        handler: || web::to(webhook_endpoints::delete),
+        doc: operation::<webhook_endpoints::__path_delete>,
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/webhook_endpoints/{id}/rotate_secret",
+        handler: || web::to(webhook_endpoints::rotate_secret),
+        doc: operation::<webhook_endpoints::__path_rotate_secret>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/webhook_endpoints/{id}/deliveries",
+        handler: || web::to(webhook_endpoints::deliveries),
+        doc: operation::<webhook_endpoints::__path_deliveries>,
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/webhook_endpoints/{id}/replay",
+        handler: || web::to(webhook_endpoints::replay),
+        doc: operation::<webhook_endpoints::__path_replay>,
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/webhook_endpoints/{id}/test",
+        handler: || web::to(webhook_endpoints::test),
+        doc: operation::<webhook_endpoints::__path_test>,
     },
     Route {
         method: Method::GET,
@@ -112,6 +194,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     }
     // The docs page's own files (HTML, JS, CSS, embedded in the binary).
     cfg.service(ops::swagger_ui());
+}
+
+/// The request's `X-Request-Id` (set by the server's middleware on every request).
+pub(crate) fn request_id(req: &actix_web::HttpRequest) -> Option<String> {
+    use actix_web::HttpMessage;
+    req.extensions()
+        .get::<crate::state::RequestId>()
+        .map(|id| id.0.clone())
 }
 
 pub async fn not_found() -> Result<HttpResponse, ApiError> {

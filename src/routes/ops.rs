@@ -10,12 +10,13 @@ use utoipa_swagger_ui::{Config, SwaggerUi};
 
 use crate::error::ApiError;
 use crate::metrics;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// Prometheus metrics in the text exposition format.
 #[utoipa::path(
     get,
     path = "/metrics",
+    operation_id = "getMetrics",
     tag = "operations",
     description = "Prometheus text format: `http_requests_total`, `http_request_duration_seconds`, \
         `idempotency_outcomes_total`, `provider_calls_total`, `provider_call_duration_seconds`, \
@@ -38,7 +39,7 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
 
 /// The document is built from the code once, on first use.
 static OPENAPI_JSON: LazyLock<Result<String, String>> = LazyLock::new(|| {
-    crate::openapi::document()
+    crate::routes::openapi::document()
         .to_json()
         .map_err(|e| e.to_string())
 });
@@ -47,6 +48,7 @@ static OPENAPI_JSON: LazyLock<Result<String, String>> = LazyLock::new(|| {
 #[utoipa::path(
     get,
     path = "/openapi.json",
+    operation_id = "getOpenApiDocument",
     tag = "operations",
     security(()),
     responses(
@@ -68,6 +70,7 @@ pub async fn openapi_json() -> HttpResponse {
 #[utoipa::path(
     get,
     path = "/docs",
+    operation_id = "getDocsPage",
     tag = "operations",
     security(()),
     responses(

@@ -1,20 +1,22 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 
-use super::input::{Query, idempotency_key, read_json_body};
-use crate::auth::Authenticated;
+use super::authenticate::Authenticated;
+use super::input::{Query, idempotency_key, path_id, read_json_body, read_optional_json_body};
 use crate::db::payments::ListFilter;
 use crate::domain::PaymentId;
 use crate::error::ApiError;
+use crate::payments::authorization::{self, NewCancel, NewCapture, Requested};
 use crate::payments::{self, NewPayment, PaymentStatus};
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// Create a payment: charges at most once per `Idempotency-Key`, however often it is sent.
 #[utoipa::path(
     post,
     path = "/v1/payments",
+    operation_id = "createPayment",
     tag = "payments",
     security(("api_key" = [])),
-    params(crate::openapi::IdempotencyKeyHeader),
+    params(crate::routes::openapi::IdempotencyKeyHeader),
     request_body(content = NewPayment, content_type = "application/json"),
     responses(
         (status = 201, description = "Final: `succeeded`, or `failed` for a decline (a decline is a created payment)",
@@ -44,7 +46,103 @@ pub async fn create(
     let body = read_json_body(&req, payload).await?;
     let key = idempotency_key(&req)?;
     let request = NewPayment::parse(&body)?;
-    let answer = payments::create_payment(&state, &merchant, key, request).await?;
+    let request_id = super::request_id(&req);
+    let answer = payments::create_payment(&state, &merchant, key, request, request_id).await?;
+    Ok(answer.into_response())
+}
+
+/// Capture an authorized (`requires_capture`) payment, in full or in part; at most once per
+/// payment, whatever the keys.
+#[utoipa::path(
+    post,
+    path = "/v1/payments/{id}/capture",
+    operation_id = "capturePayment",
+    tag = "payments",
+    security(("api_key" = [])),
+    params(("id" = String, Path, description = "Payment id (`pay_…`)"), crate::routes::openapi::IdempotencyKeyHeader),
+    request_body(content = NewCapture, content_type = "application/json", description = "Optional: no body captures all of `amount_capturable`"),
+    responses(
+        (status = 200, description = "Captured: the payment is `succeeded`, `amount_captured` is what was charged, `amount_capturable` 0",
+            body = crate::payments::view::PaymentObject,
+            headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
+        (status = 202, description = "Outcome not known yet: the payment as it is; retry with the same key",
+            body = crate::payments::view::PaymentObject),
+        (status = 400, description = "`invalid_request`, `idempotency_key_missing` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id)", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`payment_not_capturable` (not `requires_capture`, or another capture or cancel has it; stored as the key's answer), or `idempotency_key_in_use` (with `Retry-After`)", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`amount_exceeds_capturable` or `idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
+pub async fn capture(
+    state: web::Data<AppState>,
+    Authenticated(merchant): Authenticated,
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let parse = |body: &[u8]| NewCapture::parse(body).map(Requested::Capture);
+    operate(&state, &merchant, &req, &path, payload, parse).await
+}
+
+/// Cancel an authorized (`requires_capture`) payment: the hold is released, nothing is
+/// charged; at most once per payment, whatever the keys.
+#[utoipa::path(
+    post,
+    path = "/v1/payments/{id}/cancel",
+    operation_id = "cancelPayment",
+    tag = "payments",
+    security(("api_key" = [])),
+    params(("id" = String, Path, description = "Payment id (`pay_…`)"), crate::routes::openapi::IdempotencyKeyHeader),
+    request_body(content = NewCancel, content_type = "application/json", description = "Optional"),
+    responses(
+        (status = 200, description = "Canceled: the payment is `canceled`, `amount_capturable` 0",
+            body = crate::payments::view::PaymentObject,
+            headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
+        (status = 202, description = "Outcome not known yet: the payment as it is; retry with the same key",
+            body = crate::payments::view::PaymentObject),
+        (status = 400, description = "`invalid_request`, `idempotency_key_missing` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id)", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`payment_not_cancelable` (not `requires_capture`, or another capture or cancel has it; stored as the key's answer), or `idempotency_key_in_use` (with `Retry-After`)", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
+pub async fn cancel(
+    state: web::Data<AppState>,
+    Authenticated(merchant): Authenticated,
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let parse = |body: &[u8]| NewCancel::parse(body).map(Requested::Cancel);
+    operate(&state, &merchant, &req, &path, payload, parse).await
+}
+
+/// A capture or a cancel: the payment id, the optional body, the key, then the operation.
+async fn operate(
+    state: &AppState,
+    merchant: &crate::auth::Merchant,
+    req: &HttpRequest,
+    path: &str,
+    payload: web::Payload,
+    parse: impl FnOnce(&[u8]) -> Result<Requested, ApiError>,
+) -> Result<HttpResponse, ApiError> {
+    let payment_id = path_id::<PaymentId>(path)?;
+    let body = read_optional_json_body(req, payload).await?;
+    let key = idempotency_key(req)?;
+    let requested = parse(&body)?;
+    let request_id = super::request_id(req);
+    let answer =
+        authorization::operate(state, merchant, payment_id, key, requested, request_id).await?;
     Ok(answer.into_response())
 }
 
@@ -52,13 +150,14 @@ pub async fn create(
 #[utoipa::path(
     get,
     path = "/v1/payments/{id}",
+    operation_id = "getPayment",
     tag = "payments",
     security(("api_key" = [])),
     params(("id" = String, Path, description = "Payment id (`pay_…`)")),
     responses(
         (status = 200, description = "The payment", body = crate::payments::view::PaymentObject),
         (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`: no such payment for this merchant", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id)", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     )
@@ -68,7 +167,8 @@ pub async fn get(
     Authenticated(merchant): Authenticated,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let body = payments::get_payment(&state, &merchant, path.into_inner()).await?;
+    let id = path_id::<PaymentId>(&path)?;
+    let body = payments::get_payment(&state, &merchant, id).await?;
     Ok(json(body))
 }
 
@@ -76,6 +176,7 @@ pub async fn get(
 #[utoipa::path(
     get,
     path = "/v1/payments",
+    operation_id = "listPayments",
     tag = "payments",
     security(("api_key" = [])),
     params(
@@ -106,7 +207,11 @@ pub async fn list(
             PaymentStatus::parse(v)
                 .map(|s| s.as_str().to_owned())
                 .ok_or_else(|| {
-                    ApiError::invalid("status", "`status` must be processing, succeeded or failed")
+                    ApiError::invalid(
+                        "status",
+                        "`status` must be processing, requires_capture, succeeded, failed or \
+                         canceled",
+                    )
                 })
         })
         .transpose()?;

@@ -1,19 +1,20 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 
-use super::input::{Query, idempotency_key, read_json_body};
-use crate::auth::Authenticated;
-use crate::domain::RefundId;
+use super::authenticate::Authenticated;
+use super::input::{Query, idempotency_key, path_id, read_json_body};
+use crate::domain::{PaymentId, RefundId};
 use crate::error::ApiError;
 use crate::refunds::{self, NewRefund};
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// Refund a succeeded payment, in full or in part; at most once per `Idempotency-Key`.
 #[utoipa::path(
     post,
     path = "/v1/payments/{id}/refunds",
+    operation_id = "createRefund",
     tag = "refunds",
     security(("api_key" = [])),
-    params(("id" = String, Path, description = "Payment id (`pay_…`)"), crate::openapi::IdempotencyKeyHeader),
+    params(("id" = String, Path, description = "Payment id (`pay_…`)"), crate::routes::openapi::IdempotencyKeyHeader),
     request_body(content = NewRefund, content_type = "application/json"),
     responses(
         (status = 201, description = "Final: `succeeded`, or `failed`", body = crate::refunds::view::RefundObject,
@@ -22,7 +23,7 @@ use crate::startup::AppState;
             body = crate::refunds::view::RefundObject),
         (status = 400, description = "`invalid_request`, `idempotency_key_missing` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`: no such payment for this merchant", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id)", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 409, description = "`payment_not_refundable` (not succeeded, or nothing left), or `idempotency_key_in_use` (with `Retry-After`)", body = crate::error::Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying (idempotency_key_in_use)"))),
         (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
@@ -39,10 +40,13 @@ pub async fn create(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    let payment_id = path_id::<PaymentId>(&path)?;
     let body = read_json_body(&req, payload).await?;
     let key = idempotency_key(&req)?;
     let request = NewRefund::parse(&body)?;
-    let answer = refunds::create_refund(&state, &merchant, path.into_inner(), key, request).await?;
+    let request_id = super::request_id(&req);
+    let answer =
+        refunds::create_refund(&state, &merchant, payment_id, key, request, request_id).await?;
     Ok(answer.into_response())
 }
 
@@ -50,6 +54,7 @@ pub async fn create(
 #[utoipa::path(
     get,
     path = "/v1/payments/{id}/refunds",
+    operation_id = "listRefunds",
     tag = "refunds",
     security(("api_key" = [])),
     params(
@@ -61,7 +66,7 @@ pub async fn create(
         (status = 200, description = "A page of refunds", body = crate::refunds::view::RefundList),
         (status = 400, description = "`invalid_request`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id)", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     )
@@ -72,11 +77,11 @@ pub async fn list(
     req: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
+    let payment_id = path_id::<PaymentId>(&path)?;
     let query = Query::parse(&req, &["limit", "starting_after"])?;
     let limit = query.limit()?;
     let starting_after = query.starting_after("a refund id", |v| RefundId::parse(v).is_some())?;
-    let body =
-        refunds::list_refunds(&state, &merchant, path.into_inner(), limit, starting_after).await?;
+    let body = refunds::list_refunds(&state, &merchant, payment_id, limit, starting_after).await?;
     Ok(HttpResponse::Ok()
         .content_type("application/json")
         .body(body))

@@ -2,7 +2,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::input::read_body;
 use crate::error::ApiError;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::webhooks::{self, SignedHeaders};
 
 /// `POST /v1/webhooks/provider`: authenticated by its signature, not by an API key.
@@ -11,14 +11,14 @@ use crate::webhooks::{self, SignedHeaders};
 #[utoipa::path(
     post,
     path = "/v1/webhooks/provider",
+    operation_id = "receiveProviderWebhook",
     tag = "webhooks",
     params(
         ("webhook-id" = String, Header, description = "The event id; a redelivery carries the same one"),
         ("webhook-timestamp" = i64, Header, description = "Unix seconds; more than 300 s off is refused"),
         ("webhook-signature" = String, Header, description = "Space-separated `v1,<base64>` entries"),
     ),
-    request_body(content = serde_json::Value, content_type = "application/json",
-        description = "`{\"type\": \"charge.succeeded|charge.failed|refund.succeeded|refund.failed|…\", \"timestamp\": …, \"data\": {…}}`"),
+    request_body(content = ProviderEvent, content_type = "application/json"),
     responses(
         (status = 200, description = "Received (`duplicate` is true for a redelivery, which changes nothing)", body = Received),
         (status = 400, description = "`invalid_request`: signed, but not an event", body = crate::error::Problem, content_type = "application/problem+json"),
@@ -46,6 +46,51 @@ pub async fn provider(
         received: true,
         duplicate: receipt.duplicate,
     }))
+}
+
+/// An event of the provider, as its body is read once the signature has been checked
+/// (describes the body for the OpenAPI document; `webhooks` parses it).
+#[derive(utoipa::ToSchema)]
+#[expect(
+    dead_code,
+    reason = "documents the request body; the flow parses the raw bytes"
+)]
+struct ProviderEvent {
+    /// `charge.succeeded`, `charge.failed`, `refund.succeeded`, `refund.failed`; other
+    /// types are recorded and answered 200.
+    #[schema(example = "charge.succeeded")]
+    r#type: String,
+    /// When the provider made the event (RFC 3339).
+    #[schema(example = "2026-11-22T06:00:00Z")]
+    timestamp: Option<String>,
+    data: ProviderEventData,
+}
+
+/// `data` of a provider event: the charge fields for `charge.*`, the refund fields for
+/// `refund.*`.
+#[derive(utoipa::ToSchema)]
+#[expect(
+    dead_code,
+    reason = "documents the request body; the flow parses the raw bytes"
+)]
+struct ProviderEventData {
+    /// The provider's charge id.
+    #[schema(example = "ch_0190a0b0c0d0e0f00000000000000000")]
+    charge_id: Option<String>,
+    /// Our id: the payment's (`pay_…`) for `charge.*`, the refund's (`re_…`) for `refund.*`.
+    #[schema(example = "pay_0190a0b0c0d0e0f00000000000000000")]
+    reference: String,
+    #[schema(example = 2000)]
+    amount: Option<i64>,
+    #[schema(example = "usd")]
+    currency: Option<String>,
+    #[schema(example = "card_declined")]
+    failure_code: Option<String>,
+    #[schema(example = "Your card was declined.")]
+    failure_message: Option<String>,
+    /// The provider's refund id (`refund.*`).
+    #[schema(example = "pr_0190a0b0c0d0e0f00000000000000000")]
+    refund_id: Option<String>,
 }
 
 /// `{"received": true, "duplicate": …}`, in that order.

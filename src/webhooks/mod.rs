@@ -8,12 +8,11 @@
 //!        └─ unique violation ─▶ rolled back ─▶ same body hash? 200 duplicate : 409 conflict
 //! ```
 
-pub mod signature;
-
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::body::parse_json;
 use crate::db::payments::{self as payment_rows, PaymentRow};
 use crate::db::webhook_events::{self as events, Recorded, WebhookEventRow};
 use crate::db::{Db, DbConnection, DbError};
@@ -23,9 +22,10 @@ use crate::metrics::{self, WebhookOutcome};
 use crate::payments::{PaymentStatus, final_state};
 use crate::provider::{Charge, ProviderStatus};
 use crate::refunds::{self, OutcomeApplied, RefundOutcome};
-use crate::startup::AppState;
+use crate::state::AppState;
 
-pub use signature::{SignedHeaders, WebhookSecret, sign};
+use crate::signing;
+pub use crate::signing::{SignedHeaders, WebhookSecret, sign};
 
 /// Event ids are kept at least this long: a redelivery within it is recognised.
 pub const RETENTION: chrono::TimeDelta = chrono::TimeDelta::days(30);
@@ -124,6 +124,7 @@ fn effect_of(envelope: Envelope) -> Effect {
     let status = match envelope.kind.as_str() {
         "charge.succeeded" => ProviderStatus::Succeeded,
         "charge.failed" => ProviderStatus::Failed,
+        "charge.requires_capture" => ProviderStatus::RequiresCapture,
         kind @ ("refund.succeeded" | "refund.failed") => {
             return match serde_json::from_value::<RefundData>(envelope.data) {
                 Ok(data) => Effect::FinishRefund {
@@ -161,16 +162,18 @@ async fn receive(
     headers: SignedHeaders<'_>,
     body: &[u8],
 ) -> Result<Receipt, ApiError> {
-    let secrets = signature::parse_secrets(&state.settings.webhook_secrets);
-    let id = signature::verify(&secrets, headers, body, chrono::Utc::now().timestamp())
+    let secrets = signing::parse_secrets(&state.settings.webhook_secrets);
+    let id = signing::verify(&secrets, headers, body, chrono::Utc::now().timestamp())
         .map_err(|e| {
             tracing::warn!(reason = e.reason(), "webhook refused");
             ApiError::InvalidSignature(e.reason())
         })?
         .to_owned();
 
+    // The same parser (and text rule) as every other request body: a signed event is
+    // still input, and a NUL in it would make the database refuse the event forever.
     let envelope: Envelope =
-        serde_json::from_slice(body).map_err(|_| ApiError::InvalidRequest {
+        serde_json::from_value(parse_json(body)?).map_err(|_| ApiError::InvalidRequest {
             detail: "the event is not a JSON object with a string `type`".to_owned(),
             param: None,
         })?;
@@ -241,7 +244,7 @@ fn finish_refund(
         }
     };
     Ok(
-        match refunds::apply_refund_outcome(conn, &data.reference, &outcome)? {
+        match refunds::apply_refund_outcome(conn, &data.reference, &outcome, None)? {
             OutcomeApplied::Applied(row) => Applied::RefundFinished {
                 refund_id: row.id,
                 status: row.status,
@@ -266,6 +269,7 @@ fn finish_payment(
     };
     let event_status = match status {
         ProviderStatus::Succeeded => PaymentStatus::Succeeded,
+        ProviderStatus::RequiresCapture => PaymentStatus::RequiresCapture,
         _ => PaymentStatus::Failed,
     }
     .as_str();
@@ -292,11 +296,11 @@ fn finish_payment(
         failure_code: data.failure_code,
         failure_message: data.failure_message,
     };
-    let (final_row, _body) = final_state(row.clone(), charge, at)
+    let (final_row, body) = final_state(row.clone(), charge, at)
         .map_err(|e| diesel::result::Error::QueryBuilderError(e.to_string().into()))?;
     // Guarded by `status = 'processing'`: if the request path finished it meanwhile, its
-    // stored answer stands.
-    if payment_rows::finish(conn, &final_row)? {
+    // stored answer stands (and its event is the payment's one event).
+    if crate::payments::finish_recorded(conn, &final_row, &body, None)? {
         Ok(Applied::PaymentFinished {
             payment_id: final_row.id,
             status: final_row.status,

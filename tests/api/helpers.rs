@@ -2,8 +2,9 @@
 //! database of its own: a fresh SQLite file, or with `TEST_DATABASE_URL` a fresh schema in
 //! that PostgreSQL database.
 
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix_web::dev::ServerHandle;
 use awc::http::StatusCode;
@@ -16,7 +17,8 @@ use payments_api::db::{
 use payments_api::domain::new_api_key;
 use payments_api::provider::sim_server::{self, Faults};
 use payments_api::provider::{ProviderRefund, Simulator};
-use payments_api::startup::{AppState, Application};
+use payments_api::startup::Application;
+use payments_api::state::AppState;
 use serde_json::Value;
 
 pub struct TestApp {
@@ -94,6 +96,18 @@ impl TestDatabase {
                 let schema = format!("test_{unique}");
                 let mut conn = PgConnection::establish(&base_url)
                     .unwrap_or_else(|e| panic!("cannot reach TEST_DATABASE_URL: {e}"));
+                if behind_pooler() {
+                    // A pooler forwards no `options`: the schema is instead the search_path
+                    // of a role of the test's own, which every server session of it gets.
+                    conn.batch_execute(&format!(
+                        "CREATE ROLE {schema} LOGIN; \
+                         CREATE SCHEMA {schema} AUTHORIZATION {schema}; \
+                         ALTER ROLE {schema} SET search_path = {schema}"
+                    ))
+                    .expect("create role and schema");
+                    let url = with_user(&base_url, &schema);
+                    return (Self::Postgres { base_url, schema }, url);
+                }
                 conn.batch_execute(&format!("CREATE SCHEMA {schema}"))
                     .expect("create schema");
                 let separator = if base_url.contains('?') { '&' } else { '?' };
@@ -122,17 +136,46 @@ impl Drop for TestDatabase {
             Self::Postgres { base_url, schema } => {
                 if let Ok(mut conn) = PgConnection::establish(base_url) {
                     let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
+                    if behind_pooler() {
+                        // The pooler keeps idle server sessions a while: end them now, so
+                        // the shared server's connection slots are not used up.
+                        let _ = conn.batch_execute(&format!(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                             WHERE usename = '{schema}'; DROP ROLE IF EXISTS {schema}"
+                        ));
+                    }
                 }
             }
         }
     }
 }
 
+/// `TEST_DATABASE_POOLER=1`: `TEST_DATABASE_URL` is a pooler in transaction mode
+/// (`scripts/test-pgbouncer.sh`), which cannot pass `options=-csearch_path…` on.
+fn behind_pooler() -> bool {
+    std::env::var("TEST_DATABASE_POOLER").is_ok_and(|v| v == "1")
+}
+
+/// `url` with `user` as its user and no password (the test pooler trusts loopback).
+fn with_user(url: &str, user: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a postgres:// URL");
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let host = rest[..authority_end].rfind('@').map_or(0, |at| at + 1);
+    format!("{scheme}://{user}@{}", &rest[host..])
+}
+
 /// The secret the test server accepts (and its simulator signs with): tests sign with it.
 pub const TEST_WEBHOOK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 pub fn test_settings(database_url: String) -> Settings {
-    let mut settings = Settings::from_lookup(|_| None).expect("default settings");
+    // DATABASE_PREPARED_STATEMENTS=off (behind a pooler) is the one setting taken from the
+    // environment.
+    let mut settings = Settings::from_lookup(|name| {
+        (name == "DATABASE_PREPARED_STATEMENTS")
+            .then(|| std::env::var(name).ok())
+            .flatten()
+    })
+    .expect("default settings");
     settings.database_url = database_url;
     settings.bind_addr = "127.0.0.1:0".to_owned();
     settings.bootstrap_api_key = Some(new_api_key());
@@ -427,4 +470,63 @@ impl Drop for TestApp {
 
 pub fn visa(amount: i64) -> Value {
     serde_json::json!({"amount": amount, "currency": "usd", "payment_method": "pm_card_visa"})
+}
+
+/// For a child process started with `env_clear()`: the database settings of this run, which
+/// behind a pooler (`scripts/test-pgbouncer.sh`) it needs as much as the tests do.
+pub fn pass_database_settings(command: &mut Command) {
+    if let Ok(prepared) = std::env::var("DATABASE_PREPARED_STATEMENTS") {
+        command.env("DATABASE_PREPARED_STATEMENTS", prepared);
+    }
+}
+
+/// The real binary as a child process.
+pub struct ServiceProcess {
+    child: Child,
+    pub address: String,
+}
+
+impl ServiceProcess {
+    pub async fn start(env: &[(&str, String)]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_payments-api"));
+        command
+            .env_clear()
+            .env("BIND_ADDR", format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        pass_database_settings(&mut command);
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let child = command.spawn().expect("the service starts");
+        let address = format!("http://127.0.0.1:{port}");
+        let client = test_client();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = client.get(format!("{address}/health/live")).send().await
+                && r.status() == 200
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the service did not come up");
+            actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+        }
+        Self { child, address }
+    }
+
+    pub fn kill_9(&mut self) {
+        let _ = self.child.kill(); // SIGKILL: no shutdown, no cleanup
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        self.kill_9();
+    }
 }

@@ -204,6 +204,20 @@ async fn the_openapi_document_describes_every_route_the_service_serves() {
             );
         }
     }
+    // Every operation has its own id: client generators name methods after them, and two
+    // operations sharing one (both handlers called `list`) break the generated client.
+    let mut operation_ids = std::collections::HashSet::new();
+    for route in ROUTES {
+        let id = doc["paths"][route.path][method_key(&route.method)]["operationId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{} {} has no operationId", route.method, route.path));
+        assert!(
+            operation_ids.insert(id.to_owned()),
+            "operationId {id} is used twice ({} {} among them)",
+            route.method,
+            route.path
+        );
+    }
     // Nothing is documented that is not served.
     for (path, item) in paths {
         for method in item.as_object().unwrap().keys() {
@@ -748,7 +762,7 @@ async fn a_bad_setting_stops_the_start_and_names_the_variable() {
 
 /// A TCP proxy in front of PostgreSQL that the test can cut (every open connection is
 /// closed, new ones are dropped at once) and restore.
-struct Proxy {
+pub(crate) struct Proxy {
     port: u16,
     up: Arc<AtomicBool>,
     open: Arc<Mutex<Vec<TcpStream>>>,
@@ -810,14 +824,14 @@ impl Proxy {
         }
     }
 
-    fn cut(&self) {
+    pub(crate) fn cut(&self) {
         self.up.store(false, Ordering::SeqCst);
         for stream in self.open.lock().unwrap().drain(..) {
             let _ = stream.shutdown(SocketShutdown::Both);
         }
     }
 
-    fn restore(&self) {
+    pub(crate) fn restore(&self) {
         self.up.store(true, Ordering::SeqCst);
     }
 }
@@ -848,7 +862,7 @@ fn split_authority(url: &str, authority: &str) -> (String, String) {
 }
 
 /// A PostgreSQL schema of this test's own, dropped at the end.
-struct PgSchema {
+pub(crate) struct PgSchema {
     base_url: String,
     schema: String,
 }
@@ -863,7 +877,7 @@ impl Drop for PgSchema {
 
 /// An app whose PostgreSQL (a schema of its own) sits behind a [`Proxy`] the test controls,
 /// whichever backend the rest of the suite runs on. `None` (and a note) without PostgreSQL.
-async fn app_behind_proxy(
+pub(crate) async fn app_behind_proxy(
     configure: impl FnOnce(&mut payments_api::config::Settings),
 ) -> Option<(crate::helpers::TestApp, Proxy, PgSchema)> {
     let base_url = std::env::var("TEST_DATABASE_URL")

@@ -2,7 +2,6 @@
 //! exactly one charge and one final answer.
 
 use std::collections::HashSet;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -10,8 +9,8 @@ use futures_util::future::join_all;
 use serde_json::Value;
 
 use crate::helpers::{
-    TestApp, TestDatabase, spawn_app_with_provider, spawn_cluster, spawn_provider, test_client,
-    visa,
+    ServiceProcess, TestApp, TestDatabase, spawn_app_with_provider, spawn_cluster, spawn_provider,
+    test_client, visa,
 };
 
 /// Polls the payment until it is no longer `processing`.
@@ -179,56 +178,6 @@ async fn three_instances_on_one_database_charge_once_for_200_identical_requests(
         "only the winner called the provider"
     );
     assert_eq!(apps[0].payment_rows().await, 1);
-}
-
-/// The real binary as a child process.
-struct ServiceProcess {
-    child: Child,
-    address: String,
-}
-
-impl ServiceProcess {
-    async fn start(env: &[(&str, String)]) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_payments-api"));
-        command
-            .env_clear()
-            .env("BIND_ADDR", format!("127.0.0.1:{port}"))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        let child = command.spawn().expect("the service starts");
-        let address = format!("http://127.0.0.1:{port}");
-        let client = test_client();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = client.get(format!("{address}/health/live")).send().await
-                && r.status() == 200
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the service did not come up");
-            actix_web::rt::time::sleep(Duration::from_millis(50)).await;
-        }
-        Self { child, address }
-    }
-
-    fn kill_9(&mut self) {
-        let _ = self.child.kill(); // SIGKILL: no shutdown, no cleanup
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ServiceProcess {
-    fn drop(&mut self) {
-        self.kill_9();
-    }
 }
 
 #[actix_web::test]

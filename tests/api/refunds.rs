@@ -4,10 +4,12 @@ use std::time::Duration;
 
 use futures_util::future::{LocalBoxFuture, join, join_all};
 use payments_api::auth::Merchant;
-use payments_api::domain::{Amount, IdempotencyKey};
+use payments_api::domain::{Amount, IdempotencyKey, PaymentId};
 use payments_api::provider::{
-    Charge, ChargeRequest, OutcomeUnknown, PaymentProvider, ProviderRefund, RefundRequest,
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, ChargeUpdateError, OutcomeUnknown,
+    PaymentProvider, ProviderRefund, RefundRequest,
 };
+
 use payments_api::refunds::{self, NewRefund, OutcomeApplied, RefundOutcome};
 use serde_json::json;
 
@@ -494,6 +496,23 @@ impl PaymentProvider for Unreachable {
     ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>> {
         Box::pin(async { Err(OutcomeUnknown("timed out".into())) })
     }
+
+    fn capture_charge<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: &'a CaptureRequest,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+        Box::pin(async { Err(OutcomeUnknown("timed out".into()).into()) })
+    }
+
+    fn cancel_charge<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+        Box::pin(async { Err(OutcomeUnknown("timed out".into()).into()) })
+    }
 }
 
 async fn refund_through_unreachable_provider(
@@ -515,9 +534,10 @@ async fn refund_through_unreachable_provider(
     let answer = refunds::create_refund(
         &state,
         &merchant,
-        payment_id.to_owned(),
+        PaymentId::parse(payment_id).unwrap(),
         IdempotencyKey::parse(key).unwrap(),
         request,
+        None,
     )
     .await
     .unwrap();
@@ -577,7 +597,7 @@ async fn a_failed_outcome_releases_the_amount_once() {
         let applied = app
             .state
             .db
-            .run(move |conn| refunds::apply_refund_outcome(conn, &id, &outcome))
+            .run(move |conn| refunds::apply_refund_outcome(conn, &id, &outcome, None))
             .await
             .unwrap();
         match applied {
@@ -600,6 +620,7 @@ async fn a_failed_outcome_releases_the_amount_once() {
                 &RefundOutcome::Succeeded {
                     provider_refund_id: "pr_late".to_owned(),
                 },
+                None,
             )
         })
         .await
@@ -624,7 +645,7 @@ async fn a_failed_outcome_releases_the_amount_once() {
     let unknown = app
         .state
         .db
-        .run(|conn| refunds::apply_refund_outcome(conn, "re_nope", &outcome_clone()))
+        .run(|conn| refunds::apply_refund_outcome(conn, "re_nope", &outcome_clone(), None))
         .await
         .unwrap();
     assert!(matches!(unknown, OutcomeApplied::UnknownRefund));

@@ -6,7 +6,10 @@ use std::collections::BTreeSet;
 use diesel::prelude::*;
 use diesel::sql_types::Text;
 use payments_api::db::DbConnection;
-use payments_api::db::schema::{api_keys, merchants, payments, refunds, webhook_events};
+use payments_api::db::schema::{
+    api_keys, events, idempotency_keys, merchants, payment_operations, payments, refunds,
+    webhook_deliveries, webhook_endpoints, webhook_events,
+};
 
 use crate::helpers::spawn_app;
 
@@ -64,7 +67,12 @@ async fn schema_rs_matches_the_migrated_database() {
         ("api_keys", select_sql!(api_keys)),
         ("payments", select_sql!(payments)),
         ("refunds", select_sql!(refunds)),
+        ("payment_operations", select_sql!(payment_operations)),
         ("webhook_events", select_sql!(webhook_events)),
+        ("events", select_sql!(events)),
+        ("webhook_endpoints", select_sql!(webhook_endpoints)),
+        ("webhook_deliveries", select_sql!(webhook_deliveries)),
+        ("idempotency_keys", select_sql!(idempotency_keys)),
     ];
     let mut conn = app.state.db.pool().get().expect("a connection");
     for (table, sql) in declared {

@@ -9,7 +9,8 @@ use payments_api::db::webhook_events::{self, WebhookEventRow};
 use payments_api::domain::now;
 use payments_api::provider::webhook_delivery;
 use payments_api::provider::{Charge, ProviderStatus, RetryPolicy, WebhookDelivery};
-use payments_api::webhooks::{self, SignedHeaders, WebhookSecret, sign, signature};
+use payments_api::signing as signature;
+use payments_api::webhooks::{self, SignedHeaders, WebhookSecret, sign};
 use serde_json::{Value, json};
 
 use crate::helpers::{
@@ -19,11 +20,11 @@ use crate::helpers::{
 
 const PATH: &str = "/v1/webhooks/provider";
 
-fn unix_now() -> i64 {
+pub(crate) fn unix_now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
-fn test_secret() -> WebhookSecret {
+pub(crate) fn test_secret() -> WebhookSecret {
     WebhookSecret::parse(TEST_WEBHOOK_SECRET).unwrap()
 }
 
@@ -32,7 +33,7 @@ fn event_id() -> String {
 }
 
 /// The headers a provider sends for this body, signed with `secret` at `timestamp`.
-fn signed_headers(
+pub(crate) fn signed_headers(
     secret: &WebhookSecret,
     id: &str,
     timestamp: i64,
@@ -46,7 +47,7 @@ fn signed_headers(
     ]
 }
 
-fn charge_event(kind: &str, payment: &Value) -> Vec<u8> {
+pub(crate) fn charge_event(kind: &str, payment: &Value) -> Vec<u8> {
     let failed = kind == "charge.failed";
     json!({
         "type": kind,

@@ -1,7 +1,8 @@
 //! Standard Webhooks v1 signatures: `v1,<base64 HMAC-SHA256>` over
 //! `{webhook-id}.{webhook-timestamp}.{raw body}`, keyed with the base64-decoded part of a
-//! `whsec_…` secret. Signing lives beside verifying so the simulator, the tests and the
-//! endpoint can never disagree on the scheme.
+//! `whsec_…` secret. One implementation for everything that signs or verifies: inbound
+//! provider webhooks, deliveries to merchants, the simulator and the tests, so they can never
+//! disagree on the scheme. It depends on nothing else in the crate.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -74,6 +75,21 @@ pub fn sign(secret: &WebhookSecret, id: &str, timestamp: i64, body: &[u8]) -> St
         .finalize()
         .into_bytes();
     format!("v1,{}", STANDARD.encode(tag))
+}
+
+/// The `webhook-signature` header for this content signed with each of `secrets` (two
+/// while an endpoint's secret is being rotated): one `v1` entry per secret, space-separated.
+pub fn signature_header(
+    secrets: &[WebhookSecret],
+    id: &str,
+    timestamp: i64,
+    body: &[u8],
+) -> String {
+    secrets
+        .iter()
+        .map(|secret| sign(secret, id, timestamp, body))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The three headers as received (`None` when absent).
@@ -248,6 +264,17 @@ mod tests {
             verify(&[secret()], headers(only_garbage, &ts), BODY, TS),
             Err(SignatureError::NoMatch)
         );
+    }
+
+    #[test]
+    fn one_entry_per_secret_and_each_verifies_alone() {
+        let ts = TS.to_string();
+        let new = WebhookSecret::parse(&WebhookSecret::generate()).unwrap();
+        let header = signature_header(&[new.clone(), secret()], ID, TS, BODY);
+        assert_eq!(header, format!("{} {EXPECTED}", sign(&new, ID, TS, BODY)));
+        for only in [new, secret()] {
+            assert_eq!(verify(&[only], headers(&header, &ts), BODY, TS), Ok(ID));
+        }
     }
 
     #[test]

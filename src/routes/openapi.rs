@@ -9,7 +9,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, ObjectBuilder, RefOr, Required, ResponseBuilder, Type};
 use utoipa::{IntoParams, Modify, OpenApi};
 
-use crate::routes::ROUTES;
+use super::ROUTES;
 
 #[derive(OpenApi)]
 #[openapi(

@@ -1,0 +1,198 @@
+//! Request bodies read field by field: one JSON parser that applies the text rule to every
+//! string (`parse_json`), and `JsonObject`, whose getters turn every problem into a 400 that
+//! names the field. Below the flows (which parse their requests with it) and the HTTP layer
+//! (which reads the bytes), so neither imports the other for it.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::domain::check_text;
+use crate::error::ApiError;
+
+/// A JSON object body whose fields are taken one by one; fields that are not allowed are
+/// refused up front so that a typo never silently drops a value.
+pub struct JsonObject {
+    fields: Map<String, Value>,
+}
+
+/// A JSON body whose every string, object keys included and however deeply nested, obeys
+/// [`check_text`]: the one place request JSON is parsed, so no getter (nor any other reader
+/// of the value, like the provider's webhook events) can see text the rule refuses.
+/// A string at fault is a 400 naming the top-level field it is in.
+pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest {
+        detail: format!("the body is not valid JSON: {e}"),
+        param: None,
+    })?;
+    match &value {
+        Value::Object(fields) => {
+            for (name, field) in fields {
+                check_text(name)
+                    .and_then(|()| check_json_strings(field))
+                    .map_err(|rule| ApiError::invalid(name.clone(), format!("`{name}` {rule}")))?;
+            }
+        }
+        other => check_json_strings(other).map_err(|rule| ApiError::InvalidRequest {
+            detail: format!("the body {rule}"),
+            param: None,
+        })?,
+    }
+    Ok(value)
+}
+
+fn check_json_strings(value: &Value) -> Result<(), &'static str> {
+    match value {
+        Value::String(s) => check_text(s),
+        Value::Array(items) => items.iter().try_for_each(check_json_strings),
+        Value::Object(fields) => fields
+            .iter()
+            .try_for_each(|(key, v)| check_text(key).and_then(|()| check_json_strings(v))),
+        Value::Null | Value::Bool(_) | Value::Number(_) => Ok(()),
+    }
+}
+
+impl JsonObject {
+    pub fn parse(body: &[u8], allowed: &[&str]) -> Result<Self, ApiError> {
+        let Value::Object(fields) = parse_json(body)? else {
+            return Err(ApiError::InvalidRequest {
+                detail: "the body must be a JSON object".to_owned(),
+                param: None,
+            });
+        };
+        if let Some(unknown) = fields.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(ApiError::invalid(
+                unknown.clone(),
+                format!("unknown field `{unknown}`"),
+            ));
+        }
+        Ok(Self { fields })
+    }
+
+    /// Like [`JsonObject::parse`], but an empty body is an empty object: for requests
+    /// whose fields are all optional.
+    pub fn parse_or_empty(body: &[u8], allowed: &[&str]) -> Result<Self, ApiError> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self { fields: Map::new() });
+        }
+        Self::parse(body, allowed)
+    }
+
+    /// The field's value; JSON `null` counts as absent.
+    fn take(&mut self, name: &str) -> Option<Value> {
+        self.fields.remove(name).filter(|v| !v.is_null())
+    }
+
+    pub fn optional_integer(&mut self, name: &str) -> Result<Option<i64>, ApiError> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(v) => v
+                .as_i64()
+                .map(Some)
+                .ok_or_else(|| ApiError::invalid(name, format!("`{name}` must be an integer"))),
+        }
+    }
+
+    pub fn required_integer(&mut self, name: &str) -> Result<i64, ApiError> {
+        self.optional_integer(name)?
+            .ok_or_else(|| ApiError::invalid(name, format!("`{name}` is required")))
+    }
+
+    pub fn optional_string(
+        &mut self,
+        name: &str,
+        max_chars: usize,
+    ) -> Result<Option<String>, ApiError> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(Value::String(s)) if s.chars().count() <= max_chars => Ok(Some(s)),
+            Some(Value::String(_)) => Err(ApiError::invalid(
+                name,
+                format!("`{name}` must be at most {max_chars} characters"),
+            )),
+            Some(_) => Err(ApiError::invalid(
+                name,
+                format!("`{name}` must be a string"),
+            )),
+        }
+    }
+
+    pub fn required_string(&mut self, name: &str, max_chars: usize) -> Result<String, ApiError> {
+        self.optional_string(name, max_chars)?
+            .ok_or_else(|| ApiError::invalid(name, format!("`{name}` is required")))
+    }
+
+    /// An array of strings, e.g. `enabled_events`; `None` when absent or null.
+    pub fn optional_string_list(
+        &mut self,
+        name: &str,
+        max_items: usize,
+        max_chars: usize,
+    ) -> Result<Option<Vec<String>>, ApiError> {
+        let items = match self.take(name) {
+            None => return Ok(None),
+            Some(Value::Array(items)) if items.len() <= max_items => items,
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    name,
+                    format!("`{name}` must be an array of at most {max_items} strings"),
+                ));
+            }
+        };
+        items
+            .into_iter()
+            .map(|item| match item {
+                Value::String(s) if s.chars().count() <= max_chars => Ok(s),
+                _ => Err(ApiError::invalid(
+                    name,
+                    format!("`{name}` must hold strings of at most {max_chars} characters"),
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    /// An object of string values, e.g. `metadata`; absent or null is empty.
+    pub fn optional_string_map(
+        &mut self,
+        name: &str,
+        max_keys: usize,
+        max_key_chars: usize,
+        max_value_chars: usize,
+    ) -> Result<BTreeMap<String, String>, ApiError> {
+        let object = match self.take(name) {
+            None => return Ok(BTreeMap::new()),
+            Some(Value::Object(object)) => object,
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    name,
+                    format!("`{name}` must be an object"),
+                ));
+            }
+        };
+        if object.len() > max_keys {
+            return Err(ApiError::invalid(
+                name,
+                format!("`{name}` may have at most {max_keys} keys"),
+            ));
+        }
+        object
+            .into_iter()
+            .map(|(key, value)| {
+                if key.is_empty() || key.chars().count() > max_key_chars {
+                    return Err(ApiError::invalid(
+                        name,
+                        format!("`{name}` keys must be 1 to {max_key_chars} characters"),
+                    ));
+                }
+                match value {
+                    Value::String(s) if s.chars().count() <= max_value_chars => Ok((key, s)),
+                    _ => Err(ApiError::invalid(
+                        name,
+                        format!("`{name}` values must be strings of at most {max_value_chars} characters"),
+                    )),
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,262 @@
+//! Captures and cancels of authorized payments, and the hold they take on their payment.
+//!
+//! At most one capture or cancel ever moves a payment: each claims the authorization with
+//! one guarded update (`operation_id IS NULL AND status = 'requires_capture'`), so of any
+//! number of racing requests, instances and expiry passes, exactly one holds it.
+
+use diesel::prelude::*;
+
+use super::DbConnection;
+use super::schema::{payment_operations, payments};
+use crate::domain::Timestamp;
+
+pub const PENDING: &str = "pending";
+
+super::lease::lease_protocol!(
+    payment_operations,
+    OperationRow,
+    PENDING,
+    provider_charge_id
+);
+
+pub const SUCCEEDED: &str = "succeeded";
+/// The provider refused (a final 4xx): nothing moved, and the authorization was let go.
+pub const FAILED: &str = "failed";
+/// Refused before the provider was asked (409/422), with that answer stored.
+pub const REJECTED: &str = "rejected";
+
+pub const CAPTURE: &str = "capture";
+pub const CANCEL: &str = "cancel";
+
+const REQUIRES_CAPTURE: &str = "requires_capture";
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = payment_operations)]
+pub struct OperationRow {
+    pub id: String,
+    pub merchant_id: String,
+    pub payment_id: String,
+    /// `capture` or `cancel`.
+    pub kind: String,
+    pub idempotency_key: String,
+    pub request_fingerprint: String,
+    /// What a capture charges (0 in a claim: all that is capturable); 0 for a cancel.
+    pub amount: i64,
+    pub cancellation_reason: Option<String>,
+    pub provider_charge_id: Option<String>,
+    pub status: String,
+    pub response_status: Option<i32>,
+    pub response_body: Option<String>,
+    pub lease_token: Option<String>,
+    pub lease_expires_at: Option<Timestamp>,
+    pub provider_attempts: i32,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// What a capture or cancel needs to know about its payment.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = payments)]
+pub struct AuthorizedPayment {
+    pub id: String,
+    pub merchant_id: String,
+    pub status: String,
+    pub amount_capturable: i64,
+    pub provider_charge_id: Option<String>,
+    pub operation_id: Option<String>,
+}
+
+pub fn find_payment(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+    payment_id: &str,
+) -> QueryResult<Option<AuthorizedPayment>> {
+    payments::table
+        .filter(payments::id.eq(payment_id))
+        .filter(payments::merchant_id.eq(merchant_id))
+        .select(AuthorizedPayment::as_select())
+        .first(conn)
+        .optional()
+}
+
+/// The claim: the insert whose unique (merchant_id, kind, idempotency_key) decides the
+/// winner. A lost race comes back as `UniqueViolation`.
+pub fn insert(conn: &mut DbConnection, row: &OperationRow) -> QueryResult<()> {
+    diesel::insert_into(payment_operations::table)
+        .values(row)
+        .execute(conn)
+        .map(|_| ())
+}
+
+/// Takes the payment's authorization for operation `operation_id`: only while it is
+/// `requires_capture`, nobody else holds it, and it holds at least `amount`. Returns whether
+/// this caller got it; of racing callers exactly one does.
+pub fn hold(
+    conn: &mut DbConnection,
+    payment_id: &str,
+    operation_id: &str,
+    amount: i64,
+) -> QueryResult<bool> {
+    diesel::update(
+        payments::table
+            .filter(payments::id.eq(payment_id))
+            .filter(payments::status.eq(REQUIRES_CAPTURE))
+            .filter(payments::operation_id.is_null())
+            .filter(payments::amount_capturable.ge(amount)),
+    )
+    .set(payments::operation_id.eq(operation_id))
+    .execute(conn)
+    .map(|n| n == 1)
+}
+
+/// The provider refused the operation: the authorization is free again.
+pub fn let_go(conn: &mut DbConnection, payment_id: &str, operation_id: &str) -> QueryResult<()> {
+    diesel::update(
+        payments::table
+            .filter(payments::id.eq(payment_id))
+            .filter(payments::operation_id.eq(operation_id)),
+    )
+    .set(payments::operation_id.eq(None::<String>))
+    .execute(conn)
+    .map(|_| ())
+}
+
+/// A capture went through: the payment is `succeeded` with `amount` charged and the rest
+/// of the hold released. Only the operation holding the authorization can do this.
+pub fn capture_payment(
+    conn: &mut DbConnection,
+    payment_id: &str,
+    operation_id: &str,
+    amount: i64,
+    at: Timestamp,
+) -> QueryResult<bool> {
+    diesel::update(
+        payments::table
+            .filter(payments::id.eq(payment_id))
+            .filter(payments::operation_id.eq(operation_id))
+            .filter(payments::status.eq(REQUIRES_CAPTURE)),
+    )
+    .set((
+        payments::status.eq("succeeded"),
+        payments::amount_captured.eq(amount),
+        payments::amount_capturable.eq(0),
+        payments::updated_at.eq(at),
+    ))
+    .execute(conn)
+    .map(|n| n == 1)
+}
+
+/// A cancel went through: the authorization is released, nothing was charged.
+pub fn cancel_payment(
+    conn: &mut DbConnection,
+    payment_id: &str,
+    operation_id: &str,
+    reason: Option<&str>,
+    at: Timestamp,
+) -> QueryResult<bool> {
+    diesel::update(
+        payments::table
+            .filter(payments::id.eq(payment_id))
+            .filter(payments::operation_id.eq(operation_id))
+            .filter(payments::status.eq(REQUIRES_CAPTURE)),
+    )
+    .set((
+        payments::status.eq("canceled"),
+        payments::amount_capturable.eq(0),
+        payments::cancellation_reason.eq(reason),
+        payments::updated_at.eq(at),
+    ))
+    .execute(conn)
+    .map(|n| n == 1)
+}
+
+/// Sets what a claim resolved to: the amount (a capture may have left it to "all") and
+/// the charge it works on.
+pub fn set_claimed(
+    conn: &mut DbConnection,
+    id: &str,
+    amount: i64,
+    charge_id: &str,
+) -> QueryResult<()> {
+    diesel::update(payment_operations::table.filter(payment_operations::id.eq(id)))
+        .set((
+            payment_operations::amount.eq(amount),
+            payment_operations::provider_charge_id.eq(charge_id),
+        ))
+        .execute(conn)
+        .map(|_| ())
+}
+
+/// Turns a fresh claim into a stored refusal: its answer is final and replayed.
+pub fn reject(
+    conn: &mut DbConnection,
+    id: &str,
+    response_status: i32,
+    response_body: &str,
+) -> QueryResult<()> {
+    diesel::update(
+        payment_operations::table
+            .filter(payment_operations::id.eq(id))
+            .filter(payment_operations::status.eq(PENDING)),
+    )
+    .set((
+        payment_operations::status.eq(REJECTED),
+        payment_operations::response_status.eq(response_status),
+        payment_operations::response_body.eq(response_body),
+        payment_operations::lease_token.eq(None::<String>),
+        payment_operations::lease_expires_at.eq(None::<Timestamp>),
+    ))
+    .execute(conn)
+    .map(|_| ())
+}
+
+pub fn find_by_idempotency_key(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+    kind: &str,
+    key: &str,
+) -> QueryResult<Option<OperationRow>> {
+    payment_operations::table
+        .filter(payment_operations::merchant_id.eq(merchant_id))
+        .filter(payment_operations::kind.eq(kind))
+        .filter(payment_operations::idempotency_key.eq(key))
+        .select(OperationRow::as_select())
+        .first(conn)
+        .optional()
+}
+
+/// Writes the final state and the answer every retry will replay.
+pub fn finish(conn: &mut DbConnection, row: &OperationRow) -> QueryResult<bool> {
+    diesel::update(
+        payment_operations::table
+            .filter(payment_operations::id.eq(&row.id))
+            .filter(payment_operations::status.eq(PENDING)),
+    )
+    .set((
+        payment_operations::status.eq(&row.status),
+        payment_operations::response_status.eq(row.response_status),
+        payment_operations::response_body.eq(&row.response_body),
+        payment_operations::lease_token.eq(None::<String>),
+        payment_operations::lease_expires_at.eq(None::<Timestamp>),
+        payment_operations::updated_at.eq(row.updated_at),
+    ))
+    .execute(conn)
+    .map(|n| n == 1)
+}
+
+/// Authorizations given before `authorized_before` that no capture or cancel holds:
+/// `(payment id, merchant id)`, oldest first.
+pub fn find_expired(
+    conn: &mut DbConnection,
+    authorized_before: Timestamp,
+    limit: i64,
+) -> QueryResult<Vec<(String, String)>> {
+    payments::table
+        .filter(payments::status.eq(REQUIRES_CAPTURE))
+        .filter(payments::operation_id.is_null())
+        .filter(payments::authorized_at.le(authorized_before))
+        .order(payments::authorized_at.asc())
+        .limit(limit)
+        .select((payments::id, payments::merchant_id))
+        .load(conn)
+}

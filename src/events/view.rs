@@ -1,0 +1,50 @@
+//! The event object as the API shows it. Events are stored rendered (the exact bytes every
+//! delivery sends), so these types only describe them for the OpenAPI document.
+
+use serde::Serialize;
+
+use super::{EventType, RequestRef};
+
+/// `{"id": "evt_…", "object": "event", "type", "created_at", "data": {"object": …}, "request"}`.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Event)]
+pub struct EventObject {
+    #[schema(example = "evt_0193f0c2a9b87c3e8e1f6a2b3c4d5e6f")]
+    id: String,
+    #[schema(example = "event")]
+    object: String,
+    #[serde(rename = "type")]
+    kind: EventType,
+    /// RFC 3339, UTC: when the change was made.
+    #[schema(format = DateTime)]
+    created_at: String,
+    data: EventData,
+    /// The API request that made the change; null when a provider webhook, the recovery
+    /// worker or an expiry made it.
+    request: Option<RequestRef>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct EventData {
+    /// The payment or refund right after the change, as `GET` would have shown it then.
+    #[schema(value_type = Object)]
+    object: serde_json::Value,
+}
+
+/// A page of events.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct EventList {
+    #[schema(example = "list")]
+    object: String,
+    data: Vec<EventObject>,
+    has_more: bool,
+}
+
+/// `{"object": "list", "data": [...], "has_more": …}` of stored event bodies, unchanged.
+pub fn render_list<'a>(bodies: impl Iterator<Item = &'a str>, has_more: bool) -> String {
+    let data: Vec<&str> = bodies.collect();
+    format!(
+        "{{\"object\":\"list\",\"data\":[{}],\"has_more\":{has_more}}}",
+        data.join(",")
+    )
+}

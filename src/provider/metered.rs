@@ -1,0 +1,111 @@
+//! Every call through the [`PaymentProvider`] port, counted and timed for the metrics.
+
+use std::time::Instant;
+
+use futures_util::future::LocalBoxFuture;
+
+use super::{
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, ChargeUpdateError, OutcomeUnknown,
+    PaymentProvider, ProviderRefund, ProviderStatus, RefundRequest,
+};
+
+/// Counts and times every call through the [`PaymentProvider`] port, whichever flow makes
+/// it (a request, a retry taking over, the recovery worker) and whichever provider sits
+/// behind it (simulator or HTTP).
+pub struct MeteredProvider {
+    inner: std::sync::Arc<dyn PaymentProvider>,
+}
+
+impl MeteredProvider {
+    pub fn new(inner: std::sync::Arc<dyn PaymentProvider>) -> Self {
+        Self { inner }
+    }
+}
+
+/// Times one provider call and counts it by the provider's status (or `unknown`, or
+/// `refused` for a final 4xx refusal of a capture or cancel).
+async fn metered<T, E: MeteredError>(
+    operation: &'static str,
+    call: impl std::future::Future<Output = Result<T, E>>,
+    status: impl Fn(&T) -> ProviderStatus,
+) -> Result<T, E> {
+    let started = Instant::now();
+    let result = call.await;
+    let outcome = match &result {
+        Ok(answer) => status(answer).as_str(),
+        Err(e) => e.label(),
+    };
+    crate::metrics::provider_call(operation, outcome, started.elapsed());
+    result
+}
+
+trait MeteredError {
+    fn label(&self) -> &'static str;
+}
+
+impl MeteredError for OutcomeUnknown {
+    fn label(&self) -> &'static str {
+        "unknown"
+    }
+}
+
+impl MeteredError for ChargeUpdateError {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Unknown(_) => "unknown",
+            Self::Refused(_) => "refused",
+        }
+    }
+}
+
+impl PaymentProvider for MeteredProvider {
+    fn create_charge<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a ChargeRequest,
+    ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>> {
+        Box::pin(metered(
+            "charge",
+            self.inner.create_charge(idempotency_key, request),
+            |charge| charge.status,
+        ))
+    }
+
+    fn create_refund<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a RefundRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>> {
+        Box::pin(metered(
+            "refund",
+            self.inner.create_refund(idempotency_key, request),
+            |refund| refund.status,
+        ))
+    }
+
+    fn capture_charge<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        charge_id: &'a str,
+        request: &'a CaptureRequest,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+        Box::pin(metered(
+            "capture",
+            self.inner
+                .capture_charge(idempotency_key, charge_id, request),
+            |update| update.status,
+        ))
+    }
+
+    fn cancel_charge<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        charge_id: &'a str,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+        Box::pin(metered(
+            "cancel",
+            self.inner.cancel_charge(idempotency_key, charge_id),
+            |update| update.status,
+        ))
+    }
+}

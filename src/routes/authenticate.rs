@@ -1,0 +1,68 @@
+//! `Authorization: Bearer <api key>` → the merchant the key belongs to (through the key
+//! cache of [`crate::auth`]), then that merchant's rate limit (see [`crate::rate_limit`]).
+
+use std::time::Instant;
+
+use actix_web::dev::Payload;
+use actix_web::http::header;
+use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
+use futures_util::future::LocalBoxFuture;
+
+use crate::auth::{KEY_CACHE_TTL, Merchant};
+use crate::db::merchants::{find_by_api_key, hash_api_key};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The authenticated merchant's id, left in the request's extensions for the request log.
+#[derive(Clone, Debug)]
+pub struct MerchantId(pub String);
+
+/// Extractor: the request's merchant, or 401; or 429 when the merchant is over its rate
+/// limit. Handlers take it before the body, so a refused request reads and stores nothing.
+pub struct Authenticated(pub Merchant);
+
+fn bearer_token(req: &HttpRequest) -> Option<String> {
+    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_owned())
+}
+
+/// The merchant `token` authenticates, from the cache while it is fresh, else from the
+/// database.
+async fn merchant_for(state: &AppState, token: &str) -> Result<Merchant, ApiError> {
+    let key_hash = hash_api_key(token);
+    let asked_at = Instant::now();
+    if let Some(merchant) = state.api_keys.get(&key_hash, asked_at) {
+        return Ok(merchant);
+    }
+    let lookup = key_hash.clone();
+    let merchant = state
+        .db
+        .run(move |conn| find_by_api_key(conn, &lookup))
+        .await?
+        .ok_or(ApiError::Unauthorized)?;
+    state
+        .api_keys
+        .insert(key_hash, merchant.clone(), asked_at + KEY_CACHE_TTL);
+    Ok(merchant)
+}
+
+impl FromRequest for Authenticated {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let state = req.app_data::<web::Data<AppState>>().cloned();
+        let token = bearer_token(req);
+        let req = req.clone();
+        Box::pin(async move {
+            let state = state.ok_or_else(|| ApiError::internal("application state missing"))?;
+            let token = token.ok_or(ApiError::Unauthorized)?;
+            let merchant = merchant_for(&state, &token).await?;
+            req.extensions_mut().insert(MerchantId(merchant.id.clone()));
+            state.rate_limits.check(&merchant)?;
+            Ok(Self(merchant))
+        })
+    }
+}

@@ -1,0 +1,130 @@
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+
+use super::authenticate::Authenticated;
+use super::input::Query;
+use crate::domain::IdempotencyKey;
+use crate::error::ApiError;
+use crate::events::{self, EVENT_ID_PREFIX, EventPage, EventType, RequestRef, is_id};
+use crate::state::{AppState, RequestId};
+
+/// The API request about to make a change, as its event will name it.
+pub fn request_ref(req: &HttpRequest, key: Option<&IdempotencyKey>) -> RequestRef {
+    RequestRef {
+        id: req
+            .extensions()
+            .get::<RequestId>()
+            .map(|r| r.0.clone())
+            .unwrap_or_default(),
+        idempotency_key: key.map(|k| k.as_str().to_owned()),
+    }
+}
+
+/// Events, newest first; or with `order=asc` the feed, which never skips: ask again with
+/// `after` = the last id you got and you see every event exactly once, in the order they
+/// became visible, however many changes commit at once.
+#[utoipa::path(
+    get,
+    path = "/v1/events",
+    operation_id = "list_events",
+    tag = "events",
+    security(("api_key" = [])),
+    params(
+        ("limit" = Option<i64>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 10)"),
+        ("type" = Option<EventType>, Query, description = "Only events of this type"),
+        ("order" = Option<String>, Query, description = "`desc` (default): newest first; `asc`: the feed, oldest kept event first"),
+        ("starting_after" = Option<String>, Query, description = "With `order=desc`: an event id; the page starts after it"),
+        ("after" = Option<String>, Query, description = "With `order=asc`: the last event id you got; the page holds what became visible after it"),
+    ),
+    responses(
+        (status = 200, description = "A page of events", body = crate::events::view::EventList),
+        (status = 400, description = "`invalid_request` (`param` names the query parameter)", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: `after` names no event of yours (it may have been pruned: start again without it)", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
+pub async fn list(
+    state: web::Data<AppState>,
+    Authenticated(merchant): Authenticated,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let query = Query::parse(&req, &["limit", "type", "order", "starting_after", "after"])?;
+    let limit = query.limit()?;
+    let kind = query
+        .get("type")
+        .map(|v| {
+            EventType::parse(v).ok_or_else(|| {
+                ApiError::invalid(
+                    "type",
+                    "`type` must be an event type, e.g. payment.succeeded",
+                )
+            })
+        })
+        .transpose()?;
+    let event_id = |name: &str| -> Result<Option<String>, ApiError> {
+        match query.get(name) {
+            None => Ok(None),
+            Some(v) if is_id(v, EVENT_ID_PREFIX) => Ok(Some(v.to_owned())),
+            Some(_) => Err(ApiError::invalid(
+                name,
+                format!("`{name}` must be an event id"),
+            )),
+        }
+    };
+    let page = match query.get("order") {
+        None | Some("desc") => {
+            if query.get("after").is_some() {
+                return Err(ApiError::invalid("after", "`after` goes with `order=asc`"));
+            }
+            EventPage::NewestFirst {
+                starting_after: event_id("starting_after")?,
+            }
+        }
+        Some("asc") => {
+            if query.get("starting_after").is_some() {
+                return Err(ApiError::invalid(
+                    "starting_after",
+                    "with `order=asc`, continue with `after`",
+                ));
+            }
+            EventPage::Feed {
+                after: event_id("after")?,
+            }
+        }
+        Some(_) => return Err(ApiError::invalid("order", "`order` must be asc or desc")),
+    };
+    let body = events::list_events(&state, &merchant, page, kind, limit).await?;
+    Ok(json(body))
+}
+
+/// One event.
+#[utoipa::path(
+    get,
+    path = "/v1/events/{id}",
+    operation_id = "get_event",
+    tag = "events",
+    security(("api_key" = [])),
+    params(("id" = String, Path, description = "Event id (`evt_…`)")),
+    responses(
+        (status = 200, description = "The event", body = crate::events::view::EventObject),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: no such event for this merchant", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
+pub async fn get(
+    state: web::Data<AppState>,
+    Authenticated(merchant): Authenticated,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let body = events::get_event(&state, &merchant, path.into_inner()).await?;
+    Ok(json(body))
+}
+
+pub(super) fn json(body: String) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(body)
+}

@@ -1,0 +1,405 @@
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, web};
+
+use super::authenticate::Authenticated;
+use super::events::{json, request_ref};
+use super::input::{Query, idempotency_key, read_body, read_json_body};
+use crate::db::deliveries::{FAILED, PENDING, SUCCEEDED};
+use crate::domain::IdempotencyKey;
+use crate::error::ApiError;
+use crate::events::{DELIVERY_ID_PREFIX, is_id};
+use crate::state::AppState;
+use crate::webhook_endpoints::{
+    self as endpoints, ENDPOINT_ID_PREFIX, EndpointUpdate, NewEndpoint, Replay, Rotation,
+};
+
+/// The optional `Idempotency-Key` of these POSTs, for `params(...)`.
+pub struct OptionalIdempotencyKeyHeader;
+
+impl utoipa::IntoParams for OptionalIdempotencyKeyHeader {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+        use utoipa::openapi::{ObjectBuilder, Required, Type};
+        vec![
+            ParameterBuilder::new()
+                .name("Idempotency-Key")
+                .parameter_in(ParameterIn::Header)
+                .required(Required::False)
+                .description(Some(
+                    "Optional. When given, the rules of payments apply: a retry with the same \
+                     key and request replays the first answer; another request with it is 422.",
+                ))
+                .schema(Some(
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .min_length(Some(1))
+                        .max_length(Some(255)),
+                ))
+                .build(),
+        ]
+    }
+}
+
+/// `Idempotency-Key` is optional on these POSTs; when given, §3's rules apply.
+fn optional_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError> {
+    if req.headers().contains_key("idempotency-key") {
+        idempotency_key(req).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// The body of a POST whose fields are all optional: no body at all (and no content type)
+/// is `{}`; anything sent must be JSON.
+async fn optional_json_body(
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<web::Bytes, ApiError> {
+    let body = if req.headers().contains_key(header::CONTENT_TYPE) {
+        read_json_body(req, payload).await?
+    } else {
+        let body = read_body(req, payload).await?;
+        if !body.iter().all(u8::is_ascii_whitespace) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        body
+    };
+    Ok(if body.iter().all(u8::is_ascii_whitespace) {
+        web::Bytes::from_static(b"{}")
+    } else {
+        body
+    })
+}
+
+/// Register an endpoint. Its `secret` is in this answer only: keep it to verify deliveries.
+#[utoipa::path(
+    post,
+    path = "/v1/webhook_endpoints",
+    operation_id = "create_webhook_endpoint",
+    tag = "webhook endpoints",
+    security(("api_key" = [])),
+    params(OptionalIdempotencyKeyHeader),
+    request_body(content = NewEndpoint, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Created, with its `secret` (shown this once)", body = crate::webhook_endpoints::view::EndpointObject,
+            headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
+        (status = 400, description = "`invalid_request` (`param`: `url` for a refused destination, `enabled_events`, …) or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`idempotency_key_in_use`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
+pub async fn create(
+    state: web::Data<AppState>,
+    Authenticated(merchant): Authenticated,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_json_body(&req, payload).await?;
+    let key = optional_key(&req)?;
+    let request = NewEndpoint::parse(&body)?;
+    let answer = endpoints::create(&state, &merchant, key, request).await?;
+    Ok(answer.into_response())
+}
+
+/// The merchant's endpoints, newest first (never their secrets).
+#[utoipa::path(
+    get,
+    path = "/v1/webhook_endpoints",
+    operation_id = "list_webhook_endpoints",
+    tag = "webhook endpoints",
+    security(("api_key" = [])),
+    params(
+        ("limit" = Option<i64>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 10)"),
+        ("starting_after" = Option<String>, Query, description = "An endpoint id: the page starts after it"),
+    ),
+    responses(
+        (status = 200, description = "A page of endpoints", body = crate::webhook_endpoints::view::EndpointList),
+        (status = 400, description = "`invalid_request`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
+pub async fn list(
+    state: web::Data<AppState>,
+    Authenticated(merchant): Authenticated,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let query = Query::parse(&req, &["limit", "starting_after"])?;
+    let limit = query.limit()?;
+    let starting_after =
+        query.starting_after("an endpoint id", |v| is_id(v, ENDPOINT_ID_PREFIX))?;
+    Ok(json(
+        endpoints::list(&state, &merchant, starting_after, limit).await?,
+    ))
+}
+
+/// One endpoint (never its secret).
+#[utoipa::path(
+    get,
+    path = "/v1/webhook_endpoints/{id}",
+    operation_id = "get_webhook_endpoint",
+    tag = "webhook endpoints",
+    security(("api_key" = [])),
+    params(("id" = String, Path, description = "Endpoint id (`we_…`)")),
+    responses(
+        (status = 200, description = "The endpoint", body = crate::webhook_endpoints::view::EndpointObject),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
+pub async fn get(
+    state: web::Data<AppState>,
+    Authenticated(merchant): Authenticated,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    Ok(json(
+        endpoints::get(&state, &merchant, path.into_inner()).await?,
+    ))
+}
+
+/// Change an endpoint's `url`, `enabled_events`, `description` or `status`; enabling it
+/// again resumes delivery of what is pending.
+#[utoipa::path(
+    post,
+    path = "/v1/webhook_endpoints/{id}",
+    operation_id = "update_webhook_endpoint",
+    tag = "webhook endpoints",
+    security(("api_key" = [])),
+    params(("id" = String, Path, description = "Endpoint id (`we_…`)"), OptionalIdempotencyKeyHeader),
+    request_body(content = EndpointUpdate, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The endpoint as it is now", body = crate::webhook_endpoints::view::EndpointObject,
+            headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
+        (status = 400, description = "`invalid_request` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`idempotency_key_in_use`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
+pub async fn update(
+    state: web::Data<AppState>,
+    Authenticated(merchant): Authenticated,
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_json_body(&req, payload).await?;
+    let key = optional_key(&req)?;
+    let request = EndpointUpdate::parse(&body)?;
+    let answer = endpoints::update(&state, &merchant, path.into_inner(), key, request).await?;
+    Ok(answer.into_response())
+}
+
+/// Delete an endpoint and its deliveries.
+#[utoipa::path(
+    delete,
+    path = "/v1/webhook_endpoints/{id}",
+    operation_id = "delete_webhook_endpoint",
+    tag = "webhook endpoints",
+    security(("api_key" = [])),
+    params(("id" = String, Path, description = "Endpoint id (`we_…`)")),
+    responses(
+        (status = 200, description = "Deleted", body = crate::webhook_endpoints::view::Deleted),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
+pub async fn delete(
+    state: web::Data<AppState>,
+    Authenticated(merchant): Authenticated,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    Ok(json(
+        endpoints::delete(&state, &merchant, path.into_inner()).await?,
+    ))
+}
+
+/// A new secret (in this answer only). Until the current one expires, every delivery
+/// carries two `v1` signatures: the new secret's and the current one's.
+#[utoipa::path(
+    post,
+    path = "/v1/webhook_endpoints/{id}/rotate_secret",
+    operation_id = "rotate_webhook_endpoint_secret",
+    tag = "webhook endpoints",
+    security(("api_key" = [])),
+    params(("id" = String, Path, description = "Endpoint id (`we_…`)"), OptionalIdempotencyKeyHeader),
+    request_body(content = Rotation, content_type = "application/json", description = "Optional"),
+    responses(
+        (status = 200, description = "The endpoint with its new `secret`", body = crate::webhook_endpoints::view::EndpointObject,
+            headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
+        (status = 400, description = "`invalid_request` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`idempotency_key_in_use`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
+pub async fn rotate_secret(
+    state: web::Data<AppState>,
+    Authenticated(merchant): Authenticated,
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = optional_json_body(&req, payload).await?;
+    let key = optional_key(&req)?;
+    let rotation = Rotation::parse(&body)?;
+    let answer =
+        endpoints::rotate_secret(&state, &merchant, path.into_inner(), key, rotation).await?;
+    Ok(answer.into_response())
+}
+
+/// The endpoint's deliveries, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/webhook_endpoints/{id}/deliveries",
+    operation_id = "list_webhook_deliveries",
+    tag = "webhook endpoints",
+    security(("api_key" = [])),
+    params(
+        ("id" = String, Path, description = "Endpoint id (`we_…`)"),
+        ("status" = Option<crate::webhook_endpoints::view::DeliveryStatus>, Query, description = "Only deliveries in this status"),
+        ("limit" = Option<i64>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 10)"),
+        ("starting_after" = Option<String>, Query, description = "A delivery id: the page starts after it"),
+    ),
+    responses(
+        (status = 200, description = "A page of deliveries", body = crate::webhook_endpoints::view::DeliveryList),
+        (status = 400, description = "`invalid_request`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
+pub async fn deliveries(
+    state: web::Data<AppState>,
+    Authenticated(merchant): Authenticated,
+    req: HttpRequest,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let query = Query::parse(&req, &["status", "limit", "starting_after"])?;
+    let limit = query.limit()?;
+    let starting_after = query.starting_after("a delivery id", |v| is_id(v, DELIVERY_ID_PREFIX))?;
+    let status = match query.get("status") {
+        None => None,
+        Some(s) => Some(
+            [PENDING, SUCCEEDED, FAILED]
+                .into_iter()
+                .find(|known| *known == s)
+                .ok_or_else(|| {
+                    ApiError::invalid("status", "`status` must be pending, succeeded or failed")
+                })?,
+        ),
+    };
+    Ok(json(
+        endpoints::list_deliveries(
+            &state,
+            &merchant,
+            path.into_inner(),
+            status,
+            starting_after,
+            limit,
+        )
+        .await?,
+    ))
+}
+
+/// Deliver earlier events again, with their original `webhook-id`: those whose delivery
+/// failed (default), or all of them.
+#[utoipa::path(
+    post,
+    path = "/v1/webhook_endpoints/{id}/replay",
+    operation_id = "replay_webhook_deliveries",
+    tag = "webhook endpoints",
+    security(("api_key" = [])),
+    params(("id" = String, Path, description = "Endpoint id (`we_…`)"), OptionalIdempotencyKeyHeader),
+    request_body(content = Replay, content_type = "application/json"),
+    responses(
+        (status = 202, description = "Queued for delivery", body = crate::webhook_endpoints::view::Queued,
+            headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
+        (status = 400, description = "`invalid_request` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`idempotency_key_in_use`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
+pub async fn replay(
+    state: web::Data<AppState>,
+    Authenticated(merchant): Authenticated,
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_json_body(&req, payload).await?;
+    let key = optional_key(&req)?;
+    let request = Replay::parse(&body)?;
+    let answer = endpoints::replay(&state, &merchant, path.into_inner(), key, request).await?;
+    Ok(answer.into_response())
+}
+
+/// Send a signed `webhook_endpoint.test` event now (not kept in the feed).
+#[utoipa::path(
+    post,
+    path = "/v1/webhook_endpoints/{id}/test",
+    operation_id = "test_webhook_endpoint",
+    tag = "webhook endpoints",
+    security(("api_key" = [])),
+    params(("id" = String, Path, description = "Endpoint id (`we_…`)"), OptionalIdempotencyKeyHeader),
+    responses(
+        (status = 200, description = "How the attempt went", body = crate::webhook_endpoints::view::TestResult,
+            headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
+        (status = 400, description = "`idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`idempotency_key_in_use`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        (status = 415, description = "`unsupported_media_type`: a body that is not JSON", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    )
+)]
+pub async fn test(
+    state: web::Data<AppState>,
+    Authenticated(merchant): Authenticated,
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = optional_json_body(&req, payload).await?;
+    let key = optional_key(&req)?;
+    super::input::JsonObject::parse(&body, &[])?;
+    let made_by = request_ref(&req, key.as_ref());
+    let answer = endpoints::send_test(&state, &merchant, path.into_inner(), key, made_by).await?;
+    Ok(answer.into_response())
+}

@@ -1,0 +1,33 @@
+//! What the running service holds and hands to every flow: the pool, the provider, the
+//! settings and the in-memory registries. It sits below the flows (payments, refunds,
+//! webhooks) and above the layers they use; `startup` only builds it.
+
+use std::sync::Arc;
+
+use crate::auth::ApiKeyCache;
+use crate::config::Settings;
+use crate::db::Db;
+use crate::idempotency::{FinalAnswers, InFlight};
+use crate::provider::PaymentProvider;
+use crate::rate_limit::RateLimits;
+use crate::shutdown::Shutdown;
+
+/// Shared by every worker and background task.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: Db,
+    pub provider: Arc<dyn PaymentProvider>,
+    pub settings: Arc<Settings>,
+    pub inflight: InFlight,
+    pub api_keys: ApiKeyCache,
+    /// `RATE_LIMIT_PER_SECOND`, checked right after authentication.
+    pub rate_limits: RateLimits,
+    pub final_answers: FinalAnswers,
+    /// Background tasks spawn through this and stop when it fires (see [`Shutdown`]).
+    pub shutdown: Shutdown,
+}
+
+/// The caller's request id if it is a sane token, else a new one; set on every request by
+/// the server's middleware, read by flows that record which request made a change.
+#[derive(Clone, Debug)]
+pub struct RequestId(pub String);
