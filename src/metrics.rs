@@ -37,6 +37,7 @@ struct Metrics {
     pool_idle: IntGauge,
     pool_max: IntGauge,
     rate_limited: IntCounter,
+    group_commit_batch: HistogramVec,
 }
 
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -146,6 +147,17 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
                 "Requests answered 429 rate_limited: a merchant over RATE_LIMIT_PER_SECOND.",
             )
             .expect("valid counter");
+            r.register(Box::new(metric.clone()))
+                .expect("unique metric name");
+            metric
+        },
+        group_commit_batch: {
+            let opts = HistogramOpts::new(
+                "db_group_commit_batch_size",
+                "Writes carried by one group-commit statement (PostgreSQL), by statement.",
+            )
+            .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]);
+            let metric = HistogramVec::new(opts, &["statement"]).expect("valid histogram");
             r.register(Box::new(metric.clone()))
                 .expect("unique metric name");
             metric
@@ -300,6 +312,14 @@ pub fn provider_call(operation: &'static str, outcome: &'static str, elapsed: Du
 /// One request refused with 429 `rate_limited`.
 pub fn rate_limited() {
     METRICS.rate_limited.inc();
+}
+
+/// One group-commit statement of `size` writes (`statement`: `payment_claim`, …).
+pub fn group_commit_batch(statement: &'static str, size: usize) {
+    METRICS
+        .group_commit_batch
+        .with_label_values(&[statement])
+        .observe(size as f64);
 }
 
 /// The pool as it is at scrape time.

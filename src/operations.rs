@@ -101,6 +101,29 @@ pub trait Operation: 'static {
         claim: &Self::Row,
     ) -> diesel::QueryResult<Claimed<Self::Row, Self::Call>>;
 
+    /// Runs [`Operation::claim`]: by default alone, on a pooled connection. An operation
+    /// may instead coalesce concurrent claims into one statement (group commit): a claim it
+    /// did not insert answers `UniqueViolation`, like a lost single insert.
+    async fn run_claim(
+        state: &AppState,
+        claim: Self::Row,
+    ) -> Result<Claimed<Self::Row, Self::Call>, DbError> {
+        state.db.run(move |conn| Self::claim(conn, &claim)).await
+    }
+
+    /// Runs [`Operation::finish`]: by default alone; or coalesced, like [`Self::run_claim`].
+    async fn run_finish(
+        state: &AppState,
+        row: Self::Row,
+        outcome: Self::Outcome,
+        request: Option<RequestRef>,
+    ) -> Result<Self::Row, DbError> {
+        state
+            .db
+            .run(move |conn| Self::finish(conn, &row, &outcome, request.as_ref()))
+            .await
+    }
+
     /// The row holding the claim's key (merchant, scope, key).
     fn find_by_key(
         conn: &mut DbConnection,
@@ -195,10 +218,7 @@ async fn claim_or_follow<O: Operation>(
     let resource = O::resource(&claim);
     // The database decides the winner: of all requests with this key, exactly one insert
     // succeeds, and only that request calls the provider.
-    let claimed = {
-        let claim = claim.clone();
-        state.db.run(move |conn| O::claim(conn, &claim)).await
-    };
+    let claimed = O::run_claim(state, claim.clone()).await;
     match claimed {
         Ok(Claimed::Won(row, call)) => {
             metrics::idempotency(resource, IdempotencyOutcome::Created);
@@ -352,11 +372,9 @@ fn finish<O: Operation>(
     outcome: O::Outcome,
     request: Option<RequestRef>,
 ) -> impl Future<Output = Result<Answer, ApiError>> + 'static {
-    let db = state.db.clone();
+    let state = state.clone();
     async move {
-        let finished = db
-            .run(move |conn| O::finish(conn, &row, &outcome, request.as_ref()))
-            .await?;
+        let finished = O::run_finish(&state, row, outcome, request).await?;
         tracing::info!(id = %finished.record_id(), "{} finished", O::resource(&finished));
         finished
             .stored_answer()

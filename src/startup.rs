@@ -107,7 +107,14 @@ impl Application {
         let provider: Arc<dyn PaymentProvider> =
             Arc::new(crate::provider::MeteredProvider::new(provider));
 
+        // SQLite has one writer at a time and no network round trip to share: it writes
+        // alone. PostgreSQL coalesces the write path (see `db::group_commit`).
+        let payment_writes = match DatabaseTarget::parse(&settings.database_url) {
+            Ok(DatabaseTarget::Postgres(_)) => Some(crate::payments::start_group_commit(&db)),
+            _ => None,
+        };
         let state = AppState {
+            payment_writes,
             db,
             rate_limits: RateLimits::new(settings.rate_limit_per_second),
             provider,

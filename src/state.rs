@@ -7,6 +7,8 @@ use std::sync::Arc;
 use crate::auth::ApiKeyCache;
 use crate::config::Settings;
 use crate::db::Db;
+use crate::db::group_commit::GroupCommit;
+use crate::db::payments::{FinalState, PaymentRow};
 use crate::idempotency::{FinalAnswers, InFlight};
 use crate::provider::PaymentProvider;
 use crate::rate_limit::RateLimits;
@@ -25,6 +27,19 @@ pub struct AppState {
     pub final_answers: FinalAnswers,
     /// Background tasks spawn through this and stop when it fires (see [`Shutdown`]).
     pub shutdown: Shutdown,
+    /// Group commit of new payments (PostgreSQL); `None` on SQLite, which writes alone.
+    pub payment_writes: Option<PaymentWrites>,
+}
+
+/// The write path of new payments, coalesced: concurrent claims become one insert,
+/// concurrent finishes one update and one insert of their events (see
+/// [`crate::db::group_commit`]).
+#[derive(Clone)]
+pub struct PaymentWrites {
+    /// True for a claim that won its key.
+    pub claims: GroupCommit<PaymentRow, bool>,
+    /// True for a final state this write applied (false: the payment was already final).
+    pub finishes: GroupCommit<FinalState, bool>,
 }
 
 /// The caller's request id if it is a sane token, else a new one; set on every request by

@@ -3,6 +3,7 @@
 
 pub mod deliveries;
 pub mod events;
+pub mod group_commit;
 pub mod idempotency_keys;
 mod lease;
 pub mod merchants;
@@ -147,15 +148,18 @@ impl std::ops::DerefMut for PooledConnection {
 /// due to administrator command"). A read-only refusal on a session opened read-write means
 /// the server has become a standby since: the primary is elsewhere now.
 fn connection_lost(e: &DieselError) -> bool {
-    matches!(
-        e,
+    match e {
         DieselError::DatabaseError(
             DatabaseErrorKind::ClosedConnection
-                | DatabaseErrorKind::UnableToSendCommand
-                | DatabaseErrorKind::ReadOnlyTransaction,
-            _
-        )
-    )
+            | DatabaseErrorKind::UnableToSendCommand
+            | DatabaseErrorKind::ReadOnlyTransaction,
+            _,
+        ) => true,
+        // A COMMIT that met a dead connection, and the rollback after it too: whether it
+        // committed is unknown, like any write whose answer was lost.
+        DieselError::RollbackErrorOnCommit { commit_error, .. } => connection_lost(commit_error),
+        _ => false,
+    }
 }
 
 impl ManageConnection for ConnectionManager {

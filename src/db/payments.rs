@@ -2,11 +2,13 @@
 //! (`WHERE status = 'processing'`, `WHERE lease_token = ?`), so two actors can never both
 //! apply a transition.
 
+use std::collections::HashSet;
+
 use diesel::prelude::*;
 
 use super::schema::payments;
 use super::{DbConnection, prepared};
-use crate::domain::Timestamp;
+use crate::domain::{RequestRef, Timestamp};
 
 const PROCESSING: &str = "processing";
 
@@ -64,6 +66,51 @@ pub fn insert(conn: &mut DbConnection, row: &PaymentRow) -> QueryResult<()> {
     }
 }
 
+/// Group commit of claims: inserts each row whose key is free, in one statement on
+/// PostgreSQL. True for each row inserted, in the order of `rows`: a row whose key was
+/// taken (before, or by an earlier row of `rows`) is not, and its caller follows the row
+/// that holds the key. Rows are matched by id, never by the order of `RETURNING`.
+pub fn insert_many(conn: &mut DbConnection, rows: &[PaymentRow]) -> QueryResult<Vec<bool>> {
+    let mut keys = HashSet::new();
+    let tried: Vec<&PaymentRow> = rows
+        .iter()
+        .filter(|r| keys.insert((r.merchant_id.as_str(), r.idempotency_key.as_str())))
+        .collect();
+    let inserted: HashSet<String> = match conn {
+        DbConnection::Postgres(pg) => prepared::InsertPayments(&tried)
+            .load::<String>(pg)?
+            .into_iter()
+            .collect(),
+        DbConnection::Sqlite(_) => {
+            let mut inserted = HashSet::new();
+            for row in tried {
+                match conn.transaction(|conn| insert(conn, row)) {
+                    Ok(()) => {
+                        inserted.insert(row.id.clone());
+                    }
+                    Err(diesel::result::Error::DatabaseError(
+                        diesel::result::DatabaseErrorKind::UniqueViolation,
+                        _,
+                    )) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            inserted
+        }
+    };
+    Ok(rows.iter().map(|r| inserted.contains(&r.id)).collect())
+}
+
+/// A payment's final state to write: the row as it is after, the body its answer and its
+/// event carry, and the API request that made the change (none for a webhook or the
+/// recovery worker).
+#[derive(Debug, Clone)]
+pub struct FinalState {
+    pub row: PaymentRow,
+    pub body: String,
+    pub made_by: Option<RequestRef>,
+}
+
 pub fn find_by_idempotency_key(
     conn: &mut DbConnection,
     merchant_id: &str,
@@ -118,6 +165,21 @@ pub fn finish(conn: &mut DbConnection, row: &PaymentRow) -> QueryResult<bool> {
     ))
     .execute(conn)
     .map(|n| n == 1)
+}
+
+/// [`finish`] for many payments, in one statement on PostgreSQL. Ids must be distinct.
+/// True for each row this call finished, in the order of `rows` (matched by id).
+pub fn finish_many(conn: &mut DbConnection, rows: &[&PaymentRow]) -> QueryResult<Vec<bool>> {
+    match conn {
+        DbConnection::Postgres(pg) if rows.len() > 1 => {
+            let finished: HashSet<String> = prepared::FinishPayments(rows)
+                .load::<String>(pg)?
+                .into_iter()
+                .collect();
+            Ok(rows.iter().map(|r| finished.contains(&r.id)).collect())
+        }
+        _ => rows.iter().map(|row| finish(conn, row)).collect(),
+    }
 }
 
 #[derive(Debug, Clone, Default)]

@@ -15,3 +15,11 @@ pub use idempotency_key::IdempotencyKey;
 pub use ids::{ObjectId, OperationId, PaymentId, RefundId, new_api_key, new_lease_token};
 pub use text::check_text;
 pub use time::{Timestamp, format_timestamp, now};
+
+/// The API request that made a change: its `X-Request-Id` and `Idempotency-Key`. Events
+/// name it; a change made by a provider webhook, the recovery worker or an expiry has none.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct RequestRef {
+    pub id: String,
+    pub idempotency_key: Option<String>,
+}

@@ -16,6 +16,7 @@
 
 pub mod view;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -144,12 +145,7 @@ impl EnabledEvents {
     }
 }
 
-/// The API request that made a change: its `X-Request-Id` and `Idempotency-Key`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct RequestRef {
-    pub id: String,
-    pub idempotency_key: Option<String>,
-}
+pub use crate::domain::RequestRef;
 
 /// One change to record: `object` is the payment or refund right after it, as the API
 /// renders it (JSON). `request` is `None` when no API request made it (a provider webhook,
@@ -186,43 +182,74 @@ pub fn is_id(raw: &str, prefix: &str) -> bool {
 /// rolls back) with the change: never one without the other, never twice. Returns the
 /// event's id.
 pub fn record(conn: &mut DbConnection, event: NewEvent<'_>) -> diesel::QueryResult<String> {
-    let id = new_id(EVENT_ID_PREFIX);
+    let mut ids = record_all(conn, &[event])?;
+    ids.pop().ok_or(diesel::result::Error::NotFound)
+}
+
+/// [`record`] for many changes at once (a group commit of finishes): one insert of the
+/// events, one lookup of endpoints per merchant, one insert of the deliveries. Returns the
+/// events' ids, in order.
+pub fn record_all(
+    conn: &mut DbConnection,
+    events: &[NewEvent<'_>],
+) -> diesel::QueryResult<Vec<String>> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
     let created_at = now();
-    let body = render_event(
-        &id,
-        event.kind.as_str(),
-        created_at,
-        event.object,
-        event.request,
-    )
-    .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
-    rows::insert(
-        conn,
-        &NewEventRow {
-            id: &id,
+    let mut ids = Vec::with_capacity(events.len());
+    let mut bodies = Vec::with_capacity(events.len());
+    for event in events {
+        let id = new_id(EVENT_ID_PREFIX);
+        let body = render_event(
+            &id,
+            event.kind.as_str(),
+            created_at,
+            event.object,
+            event.request,
+        )
+        .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+        ids.push(id);
+        bodies.push(body);
+    }
+    let rows: Vec<NewEventRow<'_>> = events
+        .iter()
+        .zip(ids.iter().zip(&bodies))
+        .map(|(event, (id, body))| NewEventRow {
+            id,
             merchant_id: event.merchant_id,
             event_type: event.kind.as_str(),
             object_id: event.object_id,
-            body: &body,
+            body,
             created_at,
-        },
-    )?;
-    for (endpoint_id, enabled) in webhook_endpoints::enabled_for_merchant(conn, event.merchant_id)?
-    {
-        if EnabledEvents::from_stored(&enabled).matches(event.kind) {
-            delivery_rows::insert(
-                conn,
-                &DeliveryRow::due_now(
+        })
+        .collect();
+    rows::insert(conn, &rows)?;
+
+    let mut endpoints: HashMap<&str, Vec<(String, EnabledEvents)>> = HashMap::new();
+    let mut deliveries = Vec::new();
+    for (event, id) in events.iter().zip(&ids) {
+        if !endpoints.contains_key(event.merchant_id) {
+            let enabled = webhook_endpoints::enabled_for_merchant(conn, event.merchant_id)?
+                .into_iter()
+                .map(|(endpoint, enabled)| (endpoint, EnabledEvents::from_stored(&enabled)))
+                .collect();
+            endpoints.insert(event.merchant_id, enabled);
+        }
+        for (endpoint_id, enabled) in endpoints.get(event.merchant_id).into_iter().flatten() {
+            if enabled.matches(event.kind) {
+                deliveries.push(DeliveryRow::due_now(
                     new_id(DELIVERY_ID_PREFIX),
-                    &endpoint_id,
-                    &id,
+                    endpoint_id,
+                    id,
                     event.kind.as_str(),
                     created_at,
-                ),
-            )?;
+                ));
+            }
         }
     }
-    Ok(id)
+    delivery_rows::insert(conn, &deliveries)?;
+    Ok(ids)
 }
 
 /// The event object: `{"id", "object": "event", "type", "created_at", "data": {"object":

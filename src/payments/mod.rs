@@ -17,15 +17,16 @@ pub mod request;
 pub mod view;
 
 use crate::auth::Merchant;
-use crate::db::DbConnection;
-use crate::db::payments::{self as rows, ListFilter, PaymentRow};
+use crate::db::group_commit::GroupCommit;
+use crate::db::payments::{self as rows, FinalState, ListFilter, PaymentRow};
+use crate::db::{Db, DbConnection, DbError};
 use crate::domain::{IdempotencyKey, PaymentId, Timestamp, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
 use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
 use crate::provider::{Charge, ChargeRequest, OutcomeUnknown, ProviderStatus};
-use crate::state::AppState;
+use crate::state::{AppState, PaymentWrites};
 
 pub use request::{CaptureMethod, NewPayment};
 pub use view::PaymentStatus;
@@ -51,6 +52,52 @@ impl Operation for CreatePayment {
     ) -> diesel::QueryResult<Claimed<PaymentRow, ()>> {
         rows::insert(conn, claim)?;
         Ok(Claimed::Won(claim.clone(), ()))
+    }
+
+    async fn run_claim(
+        state: &AppState,
+        claim: PaymentRow,
+    ) -> Result<Claimed<PaymentRow, ()>, DbError> {
+        let Some(writes) = &state.payment_writes else {
+            return state.db.run(move |conn| Self::claim(conn, &claim)).await;
+        };
+        if writes.claims.submit(claim.clone()).await? {
+            Ok(Claimed::Won(claim, ()))
+        } else {
+            Err(DbError::UniqueViolation(
+                "the idempotency key is taken".to_owned(),
+            ))
+        }
+    }
+
+    async fn run_finish(
+        state: &AppState,
+        row: PaymentRow,
+        charge: Charge,
+        request: Option<RequestRef>,
+    ) -> Result<PaymentRow, DbError> {
+        let Some(writes) = &state.payment_writes else {
+            return state
+                .db
+                .run(move |conn| Self::finish(conn, &row, &charge, request.as_ref()))
+                .await;
+        };
+        let (finished, body) = final_state(row, charge, now())
+            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+        let final_state = FinalState {
+            row: finished.clone(),
+            body,
+            made_by: request,
+        };
+        if writes.finishes.submit(final_state).await? {
+            return Ok(finished);
+        }
+        // Someone else (a webhook, another instance) finished it first: theirs stands.
+        let id = finished.id;
+        state
+            .db
+            .run(move |conn| rows::find_by_id(conn, &id)?.ok_or(diesel::result::Error::NotFound))
+            .await
     }
 
     fn find_by_key(
@@ -154,25 +201,67 @@ pub fn finish_recorded(
     body: &str,
     made_by: Option<&RequestRef>,
 ) -> diesel::QueryResult<bool> {
+    let state = FinalState {
+        row: row.clone(),
+        body: body.to_owned(),
+        made_by: made_by.cloned(),
+    };
+    let mut finished = finish_recorded_all(conn, std::slice::from_ref(&state))?;
+    Ok(finished.pop().unwrap_or(false))
+}
+
+/// [`finish_recorded`] for many payments in one transaction: the group commit of
+/// finishes, one guarded update and one insert of events for the whole batch. True for
+/// each payment this call finished, in order. Of two final states for one payment only
+/// the first is tried: the second cannot be the one that finishes it.
+pub fn finish_recorded_all(
+    conn: &mut DbConnection,
+    states: &[FinalState],
+) -> diesel::QueryResult<Vec<bool>> {
     use diesel::Connection;
+    let mut ids = std::collections::HashSet::new();
+    let first: Vec<bool> = states.iter().map(|s| ids.insert(&s.row.id)).collect();
+    let tried: Vec<&PaymentRow> = states
+        .iter()
+        .zip(&first)
+        .filter(|(_, first)| **first)
+        .map(|(s, _)| &s.row)
+        .collect();
     conn.transaction(|conn| {
-        if !rows::finish(conn, row)? {
-            return Ok(false);
-        }
-        if let Some(kind) = EventType::of_payment_status(&row.status) {
-            events::record(
-                conn,
-                NewEvent {
-                    merchant_id: &row.merchant_id,
+        let mut applied = rows::finish_many(conn, &tried)?.into_iter();
+        let finished: Vec<bool> = first
+            .iter()
+            .map(|first| *first && applied.next().unwrap_or(false))
+            .collect();
+        let events: Vec<NewEvent<'_>> = states
+            .iter()
+            .zip(&finished)
+            .filter(|(_, finished)| **finished)
+            .filter_map(|(s, _)| {
+                EventType::of_payment_status(&s.row.status).map(|kind| NewEvent {
+                    merchant_id: &s.row.merchant_id,
                     kind,
-                    object_id: &row.id,
-                    object: body,
-                    request: made_by,
-                },
-            )?;
-        }
-        Ok(true)
+                    object_id: &s.row.id,
+                    object: &s.body,
+                    request: s.made_by.as_ref(),
+                })
+            })
+            .collect();
+        events::record_all(conn, &events)?;
+        Ok(finished)
     })
+}
+
+/// How many group-commit batches of each kind may be in flight at once.
+const WRITE_LANES: usize = 4;
+
+/// Starts the group commit of new payments on `db` (PostgreSQL): see [`PaymentWrites`].
+pub fn start_group_commit(db: &Db) -> PaymentWrites {
+    let lanes = WRITE_LANES.min(db.pool().max_size() as usize / 2).max(1);
+    PaymentWrites {
+        claims: GroupCommit::start(db.clone(), "payment_claim", lanes, rows::insert_many),
+        finishes: GroupCommit::start(db.clone(), "payment_finish", lanes, finish_recorded_all),
+    }
 }
 
 pub async fn create_payment(

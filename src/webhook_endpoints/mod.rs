@@ -491,13 +491,13 @@ pub async fn replay(
             if wanted {
                 delivery_rows::insert(
                     conn,
-                    &DeliveryRow::due_now(
+                    &[DeliveryRow::due_now(
                         new_id(DELIVERY_ID_PREFIX),
                         &id,
                         &event_id,
                         &event_type,
                         at,
-                    ),
+                    )],
                 )?;
                 queued += 1;
             }

@@ -4,6 +4,7 @@
 mod captures;
 mod deliveries;
 mod events;
+mod group_commit;
 mod helpers;
 mod hostile;
 mod idempotency;

@@ -761,23 +761,69 @@ async fn a_bad_setting_stops_the_start_and_names_the_variable() {
 // The database goes away and comes back
 
 /// A TCP proxy in front of PostgreSQL that the test can cut (every open connection is
-/// closed, new ones are dropped at once) and restore.
+/// closed, new ones are dropped at once) and restore, or set to lose the answer to one
+/// statement (see [`Proxy::lose_answer_after`]).
 pub(crate) struct Proxy {
     port: u16,
     up: Arc<AtomicBool>,
     open: Arc<Mutex<Vec<TcpStream>>>,
     stopped: Arc<AtomicBool>,
+    trap: Arc<Trap>,
 }
 
-fn pipe(mut from: TcpStream, mut to: TcpStream) {
+/// What the client must send, in order, on one connection before its answer is lost.
+#[derive(Default)]
+struct Trap {
+    needles: Mutex<Vec<Vec<u8>>>,
+    sprung: AtomicBool,
+}
+
+impl Trap {
+    /// Whether `chunk` completes the trap for a connection that has seen `progress` needles
+    /// (advanced here). Springs once.
+    fn springs(&self, progress: &mut usize, chunk: &[u8]) -> bool {
+        let needles = self.needles.lock().unwrap();
+        if needles.is_empty() || self.sprung.load(Ordering::SeqCst) {
+            return false;
+        }
+        if let Some(needle) = needles.get(*progress)
+            && chunk.windows(needle.len()).any(|w| w == needle.as_slice())
+        {
+            *progress += 1;
+        }
+        *progress == needles.len() && !self.sprung.swap(true, Ordering::SeqCst)
+    }
+}
+
+/// Copies one direction of a connection. Client to server (`trap` given): once the trap
+/// springs, the message that sprang it still reaches the server, every answer after it is
+/// dropped (`lost`), and 300 ms later both sides are closed.
+fn pipe(mut from: TcpStream, mut to: TcpStream, trap: Option<Arc<Trap>>, lost: Arc<AtomicBool>) {
     std::thread::spawn(move || {
         let mut buffer = [0u8; 16 * 1024];
+        let mut progress = 0;
         loop {
             match from.read(&mut buffer) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
+                    let springs = trap
+                        .as_ref()
+                        .is_some_and(|trap| trap.springs(&mut progress, &buffer[..n]));
+                    if springs {
+                        lost.store(true, Ordering::SeqCst);
+                    } else if lost.load(Ordering::SeqCst) {
+                        continue;
+                    }
                     if to.write_all(&buffer[..n]).is_err() {
                         break;
+                    }
+                    if springs {
+                        let (from, to) = (from.try_clone().unwrap(), to.try_clone().unwrap());
+                        std::thread::spawn(move || {
+                            std::thread::sleep(Duration::from_millis(300));
+                            let _ = from.shutdown(SocketShutdown::Both);
+                            let _ = to.shutdown(SocketShutdown::Both);
+                        });
                     }
                 }
             }
@@ -794,7 +840,9 @@ impl Proxy {
         let up = Arc::new(AtomicBool::new(true));
         let open = Arc::new(Mutex::new(Vec::new()));
         let stopped = Arc::new(AtomicBool::new(false));
-        let (up2, open2, stopped2) = (up.clone(), open.clone(), stopped.clone());
+        let trap = Arc::new(Trap::default());
+        let (up2, open2, stopped2, trap2) =
+            (up.clone(), open.clone(), stopped.clone(), trap.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 if stopped2.load(Ordering::SeqCst) {
@@ -812,8 +860,10 @@ impl Proxy {
                 let mut open = open2.lock().unwrap();
                 open.push(client.try_clone().unwrap());
                 open.push(server.try_clone().unwrap());
-                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
-                pipe(server, client);
+                let lost = Arc::new(AtomicBool::new(false));
+                let to_server = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(to_server.0, to_server.1, Some(trap2.clone()), lost.clone());
+                pipe(server, client, None, lost);
             }
         });
         Self {
@@ -821,6 +871,7 @@ impl Proxy {
             up,
             open,
             stopped,
+            trap,
         }
     }
 
@@ -833,6 +884,19 @@ impl Proxy {
 
     pub(crate) fn restore(&self) {
         self.up.store(true, Ordering::SeqCst);
+    }
+
+    /// The next connection that sends each of `needles` in order (e.g. `UPDATE payments`,
+    /// then `COMMIT`) has the last of them delivered and every answer after it lost: the
+    /// server did the work, the service never hears so. Once.
+    pub(crate) fn lose_answer_after(&self, needles: &[&str]) {
+        *self.trap.needles.lock().unwrap() =
+            needles.iter().map(|n| n.as_bytes().to_vec()).collect();
+        self.trap.sprung.store(false, Ordering::SeqCst);
+    }
+
+    pub(crate) fn answer_lost(&self) -> bool {
+        self.trap.sprung.load(Ordering::SeqCst)
     }
 }
 

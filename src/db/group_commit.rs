@@ -1,0 +1,210 @@
+//! Group commit: concurrent writes of one kind reach the database as one statement in one
+//! transaction, so N requests share one round trip and one WAL flush instead of paying N.
+//!
+//! ```text
+//! submit(item) ──▶ queue ──▶ lane: takes the first waiting item, and every item queued
+//!                                  behind it (up to MAX_BATCH), no timer
+//!                               ──▶ execute(conn, &items): one statement, or one
+//!                                   transaction of its own (BEGIN … COMMIT)
+//!                               ──▶ each caller gets its own result, once committed
+//! ```
+//!
+//! A lane waits for nothing but the queue: at low load every item goes alone, as it would
+//! without batching; under load the items that arrive while a batch is in flight form the
+//! next one. `LANES` batches can be in flight at once.
+//!
+//! Failure keeps every promise of a single write:
+//! - the statement fails (a constraint, a serialization failure): the transaction rolled
+//!   back, nothing of the batch is written, and each item is run again alone, so one bad
+//!   item fails only its own caller;
+//! - the connection is lost (before or after COMMIT was sent): whether the batch committed
+//!   is unknown, so every caller gets [`DbError::Unavailable`] (a 503); a retry finds the
+//!   row if it was written and writes it if not, like after any lost single write.
+//!
+//! `execute` must be atomic (one statement, or its own transaction: a lane adds none, so a
+//! lone item costs what it did without batching) and answer one result per item, in the
+//! order of `items`, matching rows by key (never by the order a `RETURNING` gives them).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use diesel::result::Error as DieselError;
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+use super::{Db, DbConnection, DbError};
+
+/// Items per statement at most: bounds the statement's size and a batch's latency.
+pub const MAX_BATCH: usize = 128;
+
+type Reply<O> = oneshot::Sender<Result<O, DbError>>;
+type Execute<I, O> = fn(&mut DbConnection, &[I]) -> diesel::QueryResult<Vec<O>>;
+
+/// One kind of batched write. Cloning shares the queue.
+pub struct GroupCommit<I, O> {
+    queue: mpsc::UnboundedSender<(I, Reply<O>)>,
+    stats: Arc<Stats>,
+}
+
+impl<I, O> Clone for GroupCommit<I, O> {
+    fn clone(&self) -> Self {
+        Self {
+            queue: self.queue.clone(),
+            stats: self.stats.clone(),
+        }
+    }
+}
+
+/// What the lanes did (for tests and the metrics).
+#[derive(Default)]
+pub struct Stats {
+    batches: AtomicUsize,
+    items: AtomicUsize,
+    largest: AtomicUsize,
+    split: AtomicUsize,
+}
+
+impl Stats {
+    pub fn batches(&self) -> usize {
+        self.batches.load(Ordering::SeqCst)
+    }
+
+    pub fn items(&self) -> usize {
+        self.items.load(Ordering::SeqCst)
+    }
+
+    /// The most items one statement carried.
+    pub fn largest(&self) -> usize {
+        self.largest.load(Ordering::SeqCst)
+    }
+
+    /// Batches that failed and were run again item by item.
+    pub fn split(&self) -> usize {
+        self.split.load(Ordering::SeqCst)
+    }
+}
+
+impl<I, O> GroupCommit<I, O>
+where
+    I: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    /// Starts `lanes` lanes on the current runtime. They stop when the last clone of the
+    /// returned handle is dropped and the queue is empty.
+    pub fn start(db: Db, name: &'static str, lanes: usize, execute: Execute<I, O>) -> Self {
+        let (queue, receiver) = mpsc::unbounded_channel();
+        let receiver = Arc::new(Mutex::new(receiver));
+        let stats = Arc::new(Stats::default());
+        for _ in 0..lanes.max(1) {
+            let (db, receiver, stats) = (db.clone(), receiver.clone(), stats.clone());
+            actix_web::rt::spawn(async move {
+                while let Some(batch) = next_batch(&receiver).await {
+                    stats.record(name, batch.len());
+                    run_batch(&db, &stats, execute, batch).await;
+                }
+            });
+        }
+        Self { queue, stats }
+    }
+
+    /// Writes `item` with whatever else is waiting; answers once its batch committed.
+    pub async fn submit(&self, item: I) -> Result<O, DbError> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send((item, reply))
+            .map_err(|_| DbError::Unavailable("the write lanes have stopped".to_owned()))?;
+        answer.await.map_err(|_| DbError::TaskFailed)?
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+}
+
+impl Stats {
+    fn record(&self, name: &'static str, size: usize) {
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        self.items.fetch_add(size, Ordering::SeqCst);
+        self.largest.fetch_max(size, Ordering::SeqCst);
+        crate::metrics::group_commit_batch(name, size);
+    }
+}
+
+/// The first item waiting (waiting for it if there is none) and every item behind it, up
+/// to [`MAX_BATCH`]. `None` once every handle is gone and the queue is drained.
+async fn next_batch<T>(receiver: &Mutex<mpsc::UnboundedReceiver<T>>) -> Option<Vec<T>> {
+    let mut receiver = receiver.lock().await;
+    let first = receiver.recv().await?;
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match receiver.try_recv() {
+            Ok(item) => batch.push(item),
+            Err(_) => break,
+        }
+    }
+    Some(batch)
+}
+
+async fn run_batch<I, O>(db: &Db, stats: &Stats, execute: Execute<I, O>, batch: Vec<(I, Reply<O>)>)
+where
+    I: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    let (items, replies): (Vec<I>, Vec<Reply<O>>) = batch.into_iter().unzip();
+    let items = Arc::new(items);
+    let all = items.clone();
+    let together = db
+        .run(move |conn| checked(execute(conn, &all), all.len()))
+        .await;
+    match together {
+        Ok(results) => {
+            for (reply, result) in replies.into_iter().zip(results) {
+                let _ = reply.send(Ok(result));
+            }
+        }
+        // Whether it committed is unknown: every caller is told so.
+        Err(DbError::Unavailable(cause)) => {
+            for reply in replies {
+                let _ = reply.send(Err(DbError::Unavailable(cause.clone())));
+            }
+        }
+        // Rolled back: each item again, alone, so a bad one fails only its own caller.
+        Err(e) if replies.len() > 1 => {
+            tracing::warn!(error = %e, size = replies.len(), "group commit: batch failed, splitting it");
+            stats.split.fetch_add(1, Ordering::SeqCst);
+            for (index, reply) in replies.into_iter().enumerate() {
+                let items = items.clone();
+                let alone = db
+                    .run(move |conn| {
+                        checked(execute(conn, &items[index..=index]), 1)
+                            .map(|mut results| results.remove(0))
+                    })
+                    .await;
+                let _ = reply.send(alone);
+            }
+        }
+        // One item: its error is its answer.
+        Err(e) => {
+            if let Some(reply) = replies.into_iter().next() {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+}
+
+/// `execute` broke its promise of one result per item: a bug, answered as an error.
+fn checked<O>(
+    results: diesel::QueryResult<Vec<O>>,
+    expected: usize,
+) -> diesel::QueryResult<Vec<O>> {
+    let results = results?;
+    if results.len() != expected {
+        return Err(DieselError::QueryBuilderError(
+            format!(
+                "group commit: {} results for {expected} items",
+                results.len()
+            )
+            .into(),
+        ));
+    }
+    Ok(results)
+}

@@ -1,0 +1,367 @@
+//! Group commit of the payment write path (PostgreSQL): concurrent claims share one
+//! insert, concurrent finishes one update, and none of the §3 promises weakens. On SQLite
+//! payments are written alone; those runs check that.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use payments_api::db::events as event_rows;
+use payments_api::db::payments::{self as payment_rows, FinalState, PaymentRow};
+use payments_api::domain::{PaymentId, RequestRef, now, sha256_hex};
+use payments_api::payments::final_state;
+use payments_api::provider::{Charge, ProviderStatus};
+use payments_api::state::PaymentWrites;
+use serde_json::json;
+
+use crate::helpers::{TestApp, spawn_app, visa};
+use crate::ops::app_behind_proxy;
+
+/// The group commit of `app`, or `None` (and a check that it is SQLite) when it has none.
+fn writes(app: &TestApp) -> Option<PaymentWrites> {
+    let writes = app.state.payment_writes.clone();
+    if writes.is_none() {
+        assert!(
+            app.state.settings.database_url.starts_with("sqlite://"),
+            "PostgreSQL without group commit"
+        );
+        eprintln!("SQLite writes payments alone: no group commit to test");
+    }
+    writes
+}
+
+/// A claim of `key` for the app's merchant, as the API builds it.
+fn claim(app: &TestApp, key: &str, amount: i64) -> PaymentRow {
+    let at = now();
+    PaymentRow {
+        id: PaymentId::generate().to_string(),
+        merchant_id: app.merchant_id.clone(),
+        idempotency_key: key.to_owned(),
+        request_fingerprint: sha256_hex(format!("{key}:{amount}").as_bytes()),
+        amount,
+        currency: "usd".to_owned(),
+        payment_method: "pm_card_visa".to_owned(),
+        customer_id: None,
+        description: None,
+        metadata: "{}".to_owned(),
+        status: "processing".to_owned(),
+        amount_refunded: 0,
+        provider_charge_id: None,
+        failure_code: None,
+        failure_message: None,
+        response_status: None,
+        response_body: None,
+        lease_token: Some(format!("lease-{key}")),
+        lease_expires_at: Some(at + chrono::Duration::seconds(30)),
+        provider_attempts: 1,
+        created_at: at,
+        updated_at: at,
+        capture_method: "automatic".to_owned(),
+        amount_capturable: 0,
+        amount_captured: 0,
+        cancellation_reason: None,
+        authorized_at: None,
+        operation_id: None,
+    }
+}
+
+async fn stored(app: &TestApp, key: &str) -> Option<PaymentRow> {
+    let (merchant, key) = (app.merchant_id.clone(), key.to_owned());
+    app.state
+        .db
+        .run(move |conn| payment_rows::find_by_idempotency_key(conn, &merchant, &key))
+        .await
+        .unwrap()
+}
+
+#[actix_web::test]
+async fn claims_queued_together_are_one_insert_and_each_caller_learns_its_own_outcome() {
+    let app = spawn_app().await;
+    let Some(writes) = writes(&app) else { return };
+    // A key taken before the batch, in the middle of it.
+    let taken = claim(&app, "gc-taken", 100);
+    let submitted = taken.clone();
+    app.state
+        .db
+        .run(move |conn| payment_rows::insert(conn, &submitted))
+        .await
+        .unwrap();
+
+    let batch = [
+        claim(&app, "gc-a", 100),
+        claim(&app, "gc-a", 100), // the same key twice in one batch
+        claim(&app, "gc-taken", 100),
+        claim(&app, "gc-b", 200),
+        claim(&app, "gc-a", 999), // and a third time, with another request
+        claim(&app, "gc-c", 300),
+    ];
+    // All submitted before any lane runs (this runtime has one thread): one batch.
+    let won: Vec<bool> = join_all(batch.iter().map(|row| writes.claims.submit(row.clone())))
+        .await
+        .into_iter()
+        .map(|result| result.expect("claim"))
+        .collect();
+
+    assert_eq!(won, [true, false, false, true, false, true]);
+    assert!(
+        writes.claims.stats().largest() >= batch.len(),
+        "the claims were not one batch: largest {}",
+        writes.claims.stats().largest()
+    );
+    // Each winner's own row holds its key; the taken key still holds the first one.
+    for (row, won) in batch.iter().zip(&won) {
+        let holder = stored(&app, &row.idempotency_key).await.expect("row");
+        if *won {
+            assert_eq!(holder.id, row.id);
+            assert_eq!(holder.amount, row.amount);
+        } else {
+            assert_ne!(holder.id, row.id);
+        }
+    }
+    assert_eq!(stored(&app, "gc-taken").await.unwrap().id, taken.id);
+    assert_eq!(app.payment_rows().await, 4);
+}
+
+#[actix_web::test]
+async fn a_batch_that_fails_is_split_and_only_the_bad_write_fails() {
+    let app = spawn_app().await;
+    let Some(writes) = writes(&app) else { return };
+    // amount 0 breaks the table's CHECK: the whole statement fails.
+    let batch = [
+        claim(&app, "split-1", 100),
+        claim(&app, "split-bad", 0),
+        claim(&app, "split-2", 200),
+    ];
+    let results = join_all(batch.iter().map(|row| writes.claims.submit(row.clone()))).await;
+
+    assert!(matches!(results[0], Ok(true)), "{:?}", results[0]);
+    assert!(results[1].is_err(), "the bad claim was accepted");
+    assert!(matches!(results[2], Ok(true)), "{:?}", results[2]);
+    assert_eq!(writes.claims.stats().split(), 1, "the batch was not split");
+    assert!(stored(&app, "split-1").await.is_some());
+    assert!(stored(&app, "split-bad").await.is_none());
+    assert!(stored(&app, "split-2").await.is_some());
+}
+
+/// The final state of `row` as the provider's answer `status` makes it.
+fn finished(row: &PaymentRow, status: ProviderStatus, made_by: &str) -> FinalState {
+    let charge = Charge {
+        id: format!("ch_{}", row.id),
+        status,
+        amount: row.amount,
+        currency: row.currency.clone(),
+        reference: row.id.clone(),
+        failure_code: None,
+        failure_message: None,
+    };
+    let (row, body) = final_state(row.clone(), charge, now()).unwrap();
+    FinalState {
+        row,
+        body,
+        made_by: Some(RequestRef {
+            id: made_by.to_owned(),
+            idempotency_key: None,
+        }),
+    }
+}
+
+#[actix_web::test]
+async fn finishes_queued_together_are_one_update_with_one_event_per_payment_finished() {
+    let app = spawn_app().await;
+    let Some(writes) = writes(&app) else { return };
+    let rows: Vec<PaymentRow> = (0..3)
+        .map(|n| claim(&app, &format!("fin-{n}"), 100))
+        .collect();
+    for row in &rows {
+        assert!(writes.claims.submit(row.clone()).await.unwrap());
+    }
+    let batch = [
+        finished(&rows[0], ProviderStatus::Succeeded, "req-0"),
+        finished(&rows[1], ProviderStatus::Failed, "req-1"),
+        // A second final state for payment 0 in the same batch: it cannot win.
+        finished(&rows[0], ProviderStatus::Failed, "req-0-again"),
+        finished(&rows[2], ProviderStatus::Succeeded, "req-2"),
+    ];
+    let applied: Vec<bool> = join_all(batch.iter().map(|s| writes.finishes.submit(s.clone())))
+        .await
+        .into_iter()
+        .map(|result| result.expect("finish"))
+        .collect();
+    assert_eq!(applied, [true, true, false, true]);
+    assert!(writes.finishes.stats().largest() >= batch.len());
+
+    // Finishing again later changes nothing: the guard holds across batches too.
+    let late = finished(&rows[1], ProviderStatus::Succeeded, "req-late");
+    assert!(!writes.finishes.submit(late).await.unwrap());
+
+    let expected = ["succeeded", "failed", "succeeded"];
+    for (row, status) in rows.iter().zip(expected) {
+        let now_stored = stored(&app, &row.idempotency_key).await.unwrap();
+        assert_eq!(now_stored.status, status, "{}", row.idempotency_key);
+        assert!(now_stored.response_body.is_some());
+    }
+    let merchant = app.merchant_id.clone();
+    let events = app
+        .state
+        .db
+        .run(move |conn| event_rows::all_for_merchant(conn, &merchant))
+        .await
+        .unwrap();
+    assert_eq!(events.len(), 3, "one event per payment finished");
+    for (row, status) in rows.iter().zip(expected) {
+        let event = events
+            .iter()
+            .find(|e| e.object_id == row.id)
+            .expect("event");
+        assert_eq!(event.event_type, format!("payment.{status}"));
+        assert!(!event.body.contains("again") && !event.body.contains("late"));
+    }
+}
+
+#[actix_web::test]
+async fn concurrent_payments_over_http_are_batched_and_charged_once_per_key() {
+    let app = spawn_app().await;
+    let writes = writes(&app);
+    // 80 distinct keys, and 20 requests sharing one more key, all at once.
+    let requests = (0..100).map(|n| {
+        let key = if n < 80 {
+            format!("http-gc-{n}")
+        } else {
+            "http-gc-shared".to_owned()
+        };
+        let body = if n < 80 { visa(1000 + n) } else { visa(5000) };
+        let app = &app;
+        async move { app.post_payment(&key, &body).await }
+    });
+    let responses = join_all(requests).await;
+    let mut shared = None;
+    for (n, response) in responses.iter().enumerate() {
+        assert!(
+            response.status == 201 || (n >= 80 && response.status == 409),
+            "{n}: {} {}",
+            response.status,
+            response.text()
+        );
+        if n >= 80 && response.status == 201 {
+            let id = response.json()["id"].as_str().unwrap().to_owned();
+            assert!(
+                shared.get_or_insert(id.clone()) == &id,
+                "two payments for one key"
+            );
+        }
+    }
+    assert_eq!(app.charges(), 81, "one charge per key");
+    assert_eq!(app.payment_rows().await, 81);
+    let merchant = app.merchant_id.clone();
+    let events = app
+        .state
+        .db
+        .run(move |conn| event_rows::all_for_merchant(conn, &merchant))
+        .await
+        .unwrap();
+    assert_eq!(events.len(), 81, "one event per payment");
+    if let Some(writes) = writes {
+        let (claims, finishes) = (writes.claims.stats(), writes.finishes.stats());
+        eprintln!(
+            "claims: {} in {} batches (largest {}); finishes: {} in {} batches (largest {})",
+            claims.items(),
+            claims.batches(),
+            claims.largest(),
+            finishes.items(),
+            finishes.batches(),
+            finishes.largest()
+        );
+        assert!(claims.largest() > 1, "no claims were coalesced");
+        assert!(claims.batches() < claims.items());
+    }
+}
+
+/// The answer to a claim's insert is lost after PostgreSQL committed it: 503, nothing
+/// charged; the retry finds the row and, once its lease is free, charges once.
+#[actix_web::test]
+async fn a_claim_whose_answer_was_lost_is_503_and_the_retry_finds_the_row() {
+    let Some((app, proxy, _schema)) = app_behind_proxy(|s| {
+        s.database_prepared_statements = false; // every statement's text crosses the proxy
+        s.processing_lease = Duration::from_millis(500);
+    })
+    .await
+    else {
+        return;
+    };
+    assert!(
+        app.state.payment_writes.is_some(),
+        "PostgreSQL batches claims"
+    );
+    assert_eq!(app.get("/v1/payments").await.status, 200); // warms the key cache
+    // Unprepared, diesel sends the statement and its run in one message (Parse, Bind,
+    // Execute, Sync); it commits on its own, and its answer is the one lost.
+    proxy.lose_answer_after(&["INSERT INTO payments"]);
+
+    let body = visa(700);
+    let lost = app.post_payment("lost-claim", &body).await;
+    assert!(proxy.answer_lost());
+    lost.assert_problem(503, "service_unavailable");
+    assert_eq!(app.charges(), 0, "nothing is charged on an unknown claim");
+    assert_eq!(app.payment_rows().await, 1, "the claim committed");
+
+    let mut retry = app.post_payment("lost-claim", &body).await;
+    for _ in 0..40 {
+        if retry.status != 409 {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+        retry = app.post_payment("lost-claim", &body).await;
+    }
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(app.charges(), 1);
+    assert_eq!(app.payment_rows().await, 1);
+}
+
+/// The answer to a finish's COMMIT is lost after PostgreSQL committed it: 503; the retry
+/// replays the stored payment, with one charge and one event.
+#[actix_web::test]
+async fn a_finish_whose_commit_answer_was_lost_is_503_and_the_retry_replays_it() {
+    let Some((app, proxy, _schema)) = app_behind_proxy(|s| {
+        s.database_prepared_statements = false;
+    })
+    .await
+    else {
+        return;
+    };
+    assert!(
+        app.state.payment_writes.is_some(),
+        "PostgreSQL batches finishes"
+    );
+    assert_eq!(app.get("/v1/payments").await.status, 200);
+    proxy.lose_answer_after(&["UPDATE payments", "COMMIT"]);
+
+    let body = json!({"amount": 800, "currency": "usd", "payment_method": "pm_card_visa"});
+    let lost = app.post_payment("lost-finish", &body).await;
+    assert!(proxy.answer_lost());
+    lost.assert_problem(503, "service_unavailable");
+    assert_eq!(app.charges(), 1);
+
+    let mut retry = app.post_payment("lost-finish", &body).await;
+    for _ in 0..40 {
+        if retry.status != 409 {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+        retry = app.post_payment("lost-finish", &body).await;
+    }
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(retry.json()["status"], "succeeded");
+    assert_eq!(
+        app.charges(),
+        1,
+        "the lost answer made the customer pay twice"
+    );
+    assert_eq!(app.payment_rows().await, 1);
+    let merchant = app.merchant_id.clone();
+    let events = app
+        .state
+        .db
+        .run(move |conn| event_rows::all_for_merchant(conn, &merchant))
+        .await
+        .unwrap();
+    assert_eq!(events.len(), 1, "one event for the payment");
+}
