@@ -1,16 +1,21 @@
 //! Load generator for `scripts/bench.sh`: drives a running payments-api over HTTP and prints,
 //! per scenario, requests/s, p50, p99 and the non-2xx count.
 //!
-//!   cargo bench --bench loadgen -- --url URL --key KEY --scenario new|replay|storm
+//!   cargo bench --bench loadgen -- --url URL[,URL…] --key KEY --scenario new|replay|storm
 //!       [--connections 64] [--seconds 10] [--storm 500] [--replay-keys 1000]
+//!
+//! With several URLs (instances of one service on one database) the requests go round
+//! robin over them. `storm` sends `--storm` requests with one idempotency key, at most
+//! `--connections` at a time.
 
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
 struct Args {
-    url: String,
+    urls: Vec<String>,
     key: String,
     scenario: String,
     connections: usize,
@@ -21,7 +26,7 @@ struct Args {
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
-        url: "http://127.0.0.1:8080".into(),
+        urls: vec!["http://127.0.0.1:8080".into()],
         key: String::new(),
         scenario: "new".into(),
         connections: 64,
@@ -33,7 +38,7 @@ fn parse_args() -> Result<Args, String> {
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
-            "--url" => args.url = value()?,
+            "--url" => args.urls = value()?.split(',').map(str::to_owned).collect(),
             "--key" => args.key = value()?,
             "--scenario" => args.scenario = value()?,
             "--connections" => args.connections = value()?.parse().map_err(|e| format!("{e}"))?,
@@ -89,8 +94,12 @@ impl Samples {
 const BODY: &str = r#"{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}"#;
 
 async fn post(client: &awc::Client, args: &Args, key: &str) -> Result<(u16, Vec<u8>), String> {
+    // Round robin over the instances.
+    thread_local!(static NEXT: Cell<usize> = const { Cell::new(0) });
+    let n = NEXT.with(|next| next.replace(next.get() + 1));
+    let url = &args.urls[n % args.urls.len()];
     let mut response = client
-        .post(format!("{}/v1/payments", args.url))
+        .post(format!("{url}/v1/payments"))
         .insert_header(("Authorization", format!("Bearer {}", args.key)))
         .insert_header(("Content-Type", "application/json"))
         .insert_header(("Idempotency-Key", key))
@@ -179,19 +188,26 @@ async fn run(args: Args) -> Result<(), String> {
         "storm" => {
             let key = format!("storm-{run_id}");
             let started = Instant::now();
-            let results = join_all((0..args.storm).map(|_| async {
+            let sent = Cell::new(0);
+            let workers = (0..args.connections.min(args.storm)).map(|_| async {
                 let mut samples = Samples::default();
-                let body = timed(&client, &args, &key, &mut samples).await;
-                (samples, body)
-            }))
-            .await;
+                let mut bodies = Vec::new();
+                while sent.get() < args.storm {
+                    sent.set(sent.get() + 1);
+                    if let Some(body) = timed(&client, &args, &key, &mut samples).await {
+                        bodies.push(body);
+                    }
+                }
+                (samples, bodies)
+            });
+            let results = join_all(workers).await;
             let elapsed = started.elapsed();
             let mut all = Samples::default();
             let mut bodies = HashSet::new();
             let mut charge_ids = HashSet::new();
-            for (samples, body) in results {
+            for (samples, answers) in results {
                 all.merge(samples);
-                if let Some(body) = body {
+                for body in answers {
                     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
                         && let Some(id) = v["provider_charge_id"].as_str()
                     {

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Measures payments-api against PostgreSQL's own limit on this machine, in one run:
-#   new / replay / storm scenarios over HTTP from a separate load-generating process,
-#   pgbench doing the same SQL work (the limit), the ratios, and the service's peak RSS;
-#   then "new" again with 1 000 000 payments already in the table.
+# Measures payments-api against PostgreSQL's own limit on this machine, in one sitting:
+#   pgbench first (the naive two-transaction limit of a new payment's SQL, the same SQL
+#   batched 16 at a time, the replay's lookup), then the service over HTTP from a separate
+#   load-generating process: new payments and replays (three runs each: median and spread),
+#   a storm of identical requests, new payments with the provider at 200 ms and 1 000
+#   connections, a storm of 10 000 identical requests over three instances, and new
+#   payments with 1 000 000 payments already stored. Peak RSS of the service throughout.
 # Usage: scripts/bench.sh            (SECONDS_PER_RUN=10 CONNECTIONS=64 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SECONDS_PER_RUN="${SECONDS_PER_RUN:-10}"
 CONNECTIONS="${CONNECTIONS:-64}"
+RUNS="${RUNS:-3}"
 PG="postgres://postgres@127.0.0.1:5432"
 DB=payments_bench
 PORT="${BENCH_PORT:-18080}"
@@ -27,40 +31,78 @@ LOADGEN=(cargo bench -q --bench loadgen --)
 "${PSQL[@]}" -d postgres -c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB"
 DATABASE_URL="$PG/$DB" target/release/payments-api migrate >/dev/null
 
-SERVICE_PID=
+PIDS=()
+# start_service PORT LATENCY_MS: one instance, in the background; waits until it is ready.
 start_service() {
-  DATABASE_URL="$PG/$DB" BIND_ADDR="127.0.0.1:$PORT" BOOTSTRAP_API_KEY="$KEY" \
-    PROVIDER_LATENCY_MS=0 RUST_LOG=warn DATABASE_POOL_SIZE="${POOL_SIZE:-16}" \
-    target/release/payments-api serve >/tmp/payments-bench-service.log 2>&1 &
-  SERVICE_PID=$!
-  for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$PORT/health/ready" >/dev/null 2>&1 && return; sleep 0.1; done
+  DATABASE_URL="$PG/$DB" BIND_ADDR="127.0.0.1:$1" BOOTSTRAP_API_KEY="$KEY" \
+    PROVIDER_LATENCY_MS="$2" RUST_LOG=warn DATABASE_POOL_SIZE="${POOL_SIZE:-16}" \
+    target/release/payments-api serve >>/tmp/payments-bench-service.log 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$1/health/ready" >/dev/null 2>&1 && return; sleep 0.1; done
   echo "the service did not start" >&2; cat /tmp/payments-bench-service.log >&2; exit 1
 }
-stop_service() { kill "$SERVICE_PID" 2>/dev/null || true; wait "$SERVICE_PID" 2>/dev/null || true; }
-trap 'stop_service' EXIT
-peak_rss_mib() { awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$SERVICE_PID/status"; }
+# Stops every instance, remembering the highest peak RSS any of them reached.
+PEAK_RSS=0
+stop_services() {
+  for pid in "${PIDS[@]}"; do
+    rss=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$pid/status" 2>/dev/null || echo 0)
+    PEAK_RSS=$(awk -v a="$PEAK_RSS" -v b="$rss" 'BEGIN { print (b > a) ? b : a }')
+    kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
+  done
+  PIDS=()
+}
+trap 'stop_services' EXIT
 field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | head -n 1; }
+loadgen() { "${LOADGEN[@]}" --key "$KEY" "$@" | grep '^RESULT'; }
+# median and spread ((max - min) / median) of numbers on stdin
+stats() { sort -g | awk '{ v[NR] = $1 } END { m = v[int((NR + 1) / 2)]; printf "median %.0f, spread %.1f%% (%s runs: %s)", m, (m > 0 ? 100 * (v[NR] - v[1]) / m : 0), NR, join(v, NR) } function join(a, n,   s, i) { for (i = 1; i <= n; i++) s = s (i > 1 ? " / " : "") sprintf("%.0f", a[i]); return s }'; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+charges_at() { curl -fsS "http://127.0.0.1:$1/metrics" | awk '/^provider_calls_total\{operation="charge"/ {s += $2} END {print s + 0}'; }
+mean_batch() { curl -fsS "http://127.0.0.1:$PORT/metrics" | awk -v s="$1" '$0 ~ "^db_group_commit_batch_size_sum\\{statement=\"" s "\"" {sum = $2} $0 ~ "^db_group_commit_batch_size_count\\{statement=\"" s "\"" {n = $2} END { if (n > 0) printf "%.1f", sum / n; else print "n/a" }'; }
 
-start_service
-echo "== service (release, PostgreSQL, in-process provider at zero latency, $CONNECTIONS connections, ${SECONDS_PER_RUN}s per scenario)"
-NEW=$("${LOADGEN[@]}" --url "http://127.0.0.1:$PORT" --key "$KEY" --scenario new --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN" | grep '^RESULT')
-REPLAY=$("${LOADGEN[@]}" --url "http://127.0.0.1:$PORT" --key "$KEY" --scenario replay --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN" | grep '^RESULT')
-charges_so_far() { curl -fsS "http://127.0.0.1:$PORT/metrics" | awk '/^provider_calls_total\{operation="charge"/ {s += $2} END {print s + 0}'; }
-CHARGES_BEFORE=$(charges_so_far)
-STORM=$("${LOADGEN[@]}" --url "http://127.0.0.1:$PORT" --key "$KEY" --scenario storm --storm 500 | grep '^RESULT')
-STORM_CHARGES=$(( $(charges_so_far) - CHARGES_BEFORE ))
-STORM_ROWS=$("${PSQL[@]}" -d "$DB" -tAc "SELECT count(*) FROM payments WHERE idempotency_key LIKE 'storm-%'")
-RSS=$(peak_rss_mib)
-stop_service
-
-echo "== limit: pgbench, $CONNECTIONS clients, prepared"
+echo "== limit: pgbench, $CONNECTIONS clients, prepared, $RUNS runs each"
 "${PSQL[@]}" -d "$DB" -c "INSERT INTO merchants (id, name, created_at) VALUES ('mer_bench', 'bench', now()) ON CONFLICT DO NOTHING"
 "${PSQL[@]}" -d "$DB" -c "INSERT INTO payments (id, merchant_id, idempotency_key, request_fingerprint, amount, currency, payment_method, metadata, status, amount_refunded, response_status, response_body, provider_attempts, created_at, updated_at)
   SELECT 'pay_lookup_' || n, 'mer_bench', 'lookup-' || n, 'fp', 2000, 'usd', 'pm_card_visa', '{}', 'succeeded', 0, 201, repeat('x', 400), 1, now(), now() FROM generate_series(1, 1000) n"
 pgbench_tps() { pgbench -n -h 127.0.0.1 -U postgres -c "$CONNECTIONS" -j 2 -M prepared -T "$SECONDS_PER_RUN" -f "$1" "$DB" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
-LIMIT_NEW=$(pgbench_tps scripts/pgbench/new_payment.sql)
-LIMIT_LOOKUP=$(pgbench_tps scripts/pgbench/replay_lookup.sql)
-echo "pgbench two-transaction new payment: $LIMIT_NEW tps; replay lookup: $LIMIT_LOOKUP tps"
+LIMIT_NEW=(); LIMIT_BATCHED=(); LIMIT_LOOKUP=()
+for _ in $(seq 1 "$RUNS"); do
+  LIMIT_NEW+=("$(pgbench_tps scripts/pgbench/new_payment.sql)")
+  LIMIT_BATCHED+=("$(awk -v t="$(pgbench_tps scripts/pgbench/new_payment_batched.sql)" 'BEGIN { printf "%.0f", t * 16 }')")
+  LIMIT_LOOKUP+=("$(pgbench_tps scripts/pgbench/replay_lookup.sql)")
+done
+"${PSQL[@]}" -d "$DB" -c "DELETE FROM events WHERE merchant_id = 'mer_bench'" -c "DELETE FROM payments WHERE merchant_id = 'mer_bench' AND idempotency_key NOT LIKE 'lookup-%'" -c "VACUUM ANALYZE" -c "CHECKPOINT"
+
+: >/tmp/payments-bench-service.log
+start_service "$PORT" 0
+echo "== service (release, PostgreSQL, in-process provider at zero latency, $CONNECTIONS connections, ${SECONDS_PER_RUN}s per run)"
+NEW=(); REPLAY=()
+for _ in $(seq 1 "$RUNS"); do
+  line=$(loadgen --url "http://127.0.0.1:$PORT" --scenario new --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN"); echo "$line"; NEW+=("$line")
+done
+CLAIM_BATCH=$(mean_batch payment_claim); FINISH_BATCH=$(mean_batch payment_finish)
+for _ in $(seq 1 "$RUNS"); do
+  line=$(loadgen --url "http://127.0.0.1:$PORT" --scenario replay --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN"); echo "$line"; REPLAY+=("$line")
+done
+CHARGES_BEFORE=$(charges_at "$PORT")
+STORM=$(loadgen --url "http://127.0.0.1:$PORT" --scenario storm --storm 500 --connections 500)
+STORM_CHARGES=$(( $(charges_at "$PORT") - CHARGES_BEFORE ))
+stop_services
+
+echo "== slow provider: 200 ms, 1 000 connections"
+start_service "$PORT" 200
+SLOW=$(loadgen --url "http://127.0.0.1:$PORT" --scenario new --connections 1000 --seconds "$SECONDS_PER_RUN"); echo "$SLOW"
+stop_services
+
+echo "== storm: 10 000 identical requests over 3 instances (provider at 200 ms), 1 000 at a time"
+for i in 0 1 2; do start_service $((PORT + i)) 200; done
+CHARGES_BEFORE=0; for i in 0 1 2; do CHARGES_BEFORE=$((CHARGES_BEFORE + $(charges_at $((PORT + i))))); done
+STORM3=$(loadgen --url "http://127.0.0.1:$PORT,http://127.0.0.1:$((PORT + 1)),http://127.0.0.1:$((PORT + 2))" --scenario storm --storm 10000 --connections 1000)
+CHARGES_AFTER=0; for i in 0 1 2; do CHARGES_AFTER=$((CHARGES_AFTER + $(charges_at $((PORT + i))))); done
+STORM3_CHARGES=$((CHARGES_AFTER - CHARGES_BEFORE))
+STORM_ROWS=$("${PSQL[@]}" -d "$DB" -tAc "SELECT count(*) FROM payments WHERE idempotency_key LIKE 'storm-%'")
+stop_services
 
 echo "== preload: 1 000 000 payments"
 "${PSQL[@]}" -d "$DB" -c "INSERT INTO payments (id, merchant_id, idempotency_key, request_fingerprint, amount, currency, payment_method, metadata, status, amount_refunded, response_status, response_body, provider_attempts, created_at, updated_at)
@@ -68,22 +110,30 @@ echo "== preload: 1 000 000 payments"
 "${PSQL[@]}" -d "$DB" -c "VACUUM ANALYZE payments"
 # Flush the bulk load now, so its checkpoint does not land inside the measurement.
 "${PSQL[@]}" -d "$DB" -c "CHECKPOINT"
-start_service
-NEW_1M=$("${LOADGEN[@]}" --url "http://127.0.0.1:$PORT" --key "$KEY" --scenario new --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN" | grep '^RESULT')
-RSS_1M=$(peak_rss_mib)
-stop_service
+start_service "$PORT" 0
+NEW_1M=$(loadgen --url "http://127.0.0.1:$PORT" --scenario new --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN")
+stop_services
 
-new_rps=$(echo "$NEW" | field rps); replay_rps=$(echo "$REPLAY" | field rps); new_1m_rps=$(echo "$NEW_1M" | field rps)
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+new_rps=$(for l in "${NEW[@]}"; do echo "$l" | field rps; done | median)
+replay_rps=$(for l in "${REPLAY[@]}"; do echo "$l" | field rps; done | median)
+limit_new=$(printf '%s\n' "${LIMIT_NEW[@]}" | median)
+limit_batched=$(printf '%s\n' "${LIMIT_BATCHED[@]}" | median)
+limit_lookup=$(printf '%s\n' "${LIMIT_LOOKUP[@]}" | median)
+slow_rps=$(echo "$SLOW" | field rps); new_1m_rps=$(echo "$NEW_1M" | field rps)
 cat <<SUMMARY
 
 == summary ($(date -u +%F), $(nproc) cores, $(uname -m))
-new       : $(echo "$NEW" | sed 's/^RESULT //')
-replay    : $(echo "$REPLAY" | sed 's/^RESULT //')
-storm     : $(echo "$STORM" | sed 's/^RESULT //' | tr '\n' ' ')
-storm     : provider charge calls during the storm: $STORM_CHARGES, payment rows for its key: $STORM_ROWS (target: 1 and 1)
+pgbench   : two-transaction new payment $(printf '%s\n' "${LIMIT_NEW[@]}" | stats) tps
+pgbench   : batched (16 per batch) $(printf '%s\n' "${LIMIT_BATCHED[@]}" | stats) payments/s
+pgbench   : replay lookup $(printf '%s\n' "${LIMIT_LOOKUP[@]}" | stats) tps
+new       : $(for l in "${NEW[@]}"; do echo "$l" | field rps; done | stats) requests/s; last run: $(echo "${NEW[-1]}" | sed 's/^RESULT //')
+            mean batch: $CLAIM_BATCH claims, $FINISH_BATCH finishes per statement
+replay    : $(for l in "${REPLAY[@]}"; do echo "$l" | field rps; done | stats) requests/s; last run: $(echo "${REPLAY[-1]}" | sed 's/^RESULT //')
+storm     : $(echo "$STORM" | sed 's/^RESULT //' | tr '\n' ' ') provider charges: $STORM_CHARGES
+slow      : $(echo "$SLOW" | sed 's/^RESULT //')
+storm x3  : $(echo "$STORM3" | sed 's/^RESULT //' | tr '\n' ' ') provider charges: $STORM3_CHARGES, rows for storm keys: $STORM_ROWS (2 storms: target 2)
 new @1M   : $(echo "$NEW_1M" | sed 's/^RESULT //')
-limit     : new $LIMIT_NEW tps, lookup $LIMIT_LOOKUP tps
-ratios    : new/limit $(ratio "$new_rps" "$LIMIT_NEW") (target >= 0.6), replay/limit $(ratio "$replay_rps" "$LIMIT_LOOKUP") (target >= 0.25), new@1M/new $(ratio "$new_1m_rps" "$new_rps") (target >= 0.9)
-peak RSS  : ${RSS} MiB (empty table run), ${RSS_1M} MiB (1M run) (target <= 64 MiB)
+ratios    : new/two-transaction limit $(ratio "$new_rps" "$limit_new") (target >= 1.0), new/batched limit $(ratio "$new_rps" "$limit_batched"), replay/lookup limit $(ratio "$replay_rps" "$limit_lookup") (target >= 1.0)
+            slow(200 ms, 1 000 conn)/new $(ratio "$slow_rps" "$new_rps") (target >= 0.8), new@1M/new $(ratio "$new_1m_rps" "$new_rps") (target >= 0.9)
+peak RSS  : ${PEAK_RSS} MiB, the highest of every instance over every scenario (target <= 64 MiB)
 SUMMARY
