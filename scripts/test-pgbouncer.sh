@@ -22,8 +22,10 @@ PREPARED="${DATABASE_PREPARED_STATEMENTS:-off}"
 if [ $# -eq 0 ]; then
   # Every test but those of ops::, whose database-outage tests put their own TCP proxy in
   # front of PostgreSQL (with `options`, which pgbouncer refuses) and whose binary tests
-  # start it with an environment of their own, and the delivery test that uses that proxy.
-  set -- --skip ops:: --skip deliveries::an_attempt_whose_outcome_the_database_missed
+  # start it with an environment of their own, and the delivery and group-commit tests that
+  # use that proxy.
+  set -- --skip ops:: --skip deliveries::an_attempt_whose_outcome_the_database_missed \
+    --skip group_commit::a_claim_whose_answer_was_lost --skip group_commit::a_finish_whose_commit_answer_was_lost
 fi
 
 ensure_packages pgbouncer
