@@ -37,6 +37,7 @@ struct Metrics {
     pool_idle: IntGauge,
     pool_max: IntGauge,
     rate_limited: IntCounter,
+    idempotency_polls: IntCounter,
     group_commit_batch: HistogramVec,
 }
 
@@ -44,6 +45,15 @@ fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntC
     // The definitions are constants: a bad name is a programming error that the unit test
     // below catches, not something a request can cause.
     let metric = IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("unique metric name");
+    metric
+}
+
+/// A counter without labels.
+fn total(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    let metric = IntCounter::new(name, help).expect("valid counter");
     registry
         .register(Box::new(metric.clone()))
         .expect("unique metric name");
@@ -140,17 +150,18 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         ),
         pool_idle: gauge(&r, "db_pool_idle_connections", "Idle database connections."),
         pool_max: gauge(&r, "db_pool_max_connections", "Pool size limit."),
-        rate_limited: {
-            // No merchant label: ids never become label values (see the module docs).
-            let metric = IntCounter::new(
-                "rate_limited_requests_total",
-                "Requests answered 429 rate_limited: a merchant over RATE_LIMIT_PER_SECOND.",
-            )
-            .expect("valid counter");
-            r.register(Box::new(metric.clone()))
-                .expect("unique metric name");
-            metric
-        },
+        // No merchant label: ids never become label values (see the module docs).
+        rate_limited: total(
+            &r,
+            "rate_limited_requests_total",
+            "Requests answered 429 rate_limited: a merchant over RATE_LIMIT_PER_SECOND.",
+        ),
+        idempotency_polls: total(
+            &r,
+            "idempotency_polls_total",
+            "Reads of a row by the duplicate waiting for a request with its key that runs in \
+             another instance (one such duplicate per key and instance; the rest wait on it).",
+        ),
         group_commit_batch: {
             let opts = HistogramOpts::new(
                 "db_group_commit_batch_size",
@@ -314,6 +325,11 @@ pub fn rate_limited() {
     METRICS.rate_limited.inc();
 }
 
+/// One read of a row by a duplicate waiting for another instance.
+pub fn idempotency_poll() {
+    METRICS.idempotency_polls.inc();
+}
+
 /// One group-commit statement of `size` writes (`statement`: `payment_claim`, …).
 pub fn group_commit_batch(statement: &'static str, size: usize) {
     METRICS
@@ -368,6 +384,7 @@ mod tests {
             "webhook_delivery_attempt_duration_seconds_bucket",
             "webhook_delivery_oldest_pending_seconds",
             "rate_limited_requests_total",
+            "idempotency_polls_total",
         ] {
             assert!(text.contains(family), "{family} missing from:\n{text}");
         }

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! execute ─▶ known final answer here? ─▶ replay / 422
-//!         ─▶ same key running here?     ─▶ wait for it (replay, or its 202)
+//!         ─▶ same key led here?         ─▶ wait for its leader (replay, or its 202)
+//!         ─▶ lead the key here (one request per key and instance goes on below)
 //!         ─▶ claim: Operation::claim in one transaction (the insert decides the winner,
 //!                   then the operation's own guard, e.g. money reserved)
 //!               │ won ─────▶ drive: Operation::call at the provider, our row id as its
@@ -27,7 +28,7 @@ use crate::db::{DbConnection, DbError};
 use crate::domain::{Timestamp, new_lease_token, now};
 use crate::error::ApiError;
 use crate::idempotency::{
-    Answer, Followed, IdempotentRecord, Joined, follow, join_running, observe, scope_key,
+    Answer, Followed, IdempotentRecord, Joined, follow, lead_or_join, observe, scope_key,
     store_when_possible,
 };
 use crate::metrics::{self, IdempotencyOutcome};
@@ -199,14 +200,17 @@ pub async fn execute<O: Operation>(
     }
     let scope = scope_key(resource, &merchant, &key);
     let wait = state.settings.idempotency_wait;
-    let answer = match join_running(&state.inflight, resource, &scope, &fingerprint, wait).await? {
-        Joined::Answer(answer) => answer,
-        Joined::NotRunning { wait_left } => {
-            claim_or_follow::<O>(state, claim, request, wait_left).await?
+    match lead_or_join(&state.inflight, resource, &scope, &fingerprint, wait).await? {
+        Joined::Answer(answer) => Ok(answer),
+        Joined::Lead { guard, wait_left } => {
+            let answer = claim_or_follow::<O>(state, claim, request, wait_left).await?;
+            // In memory before the lead is given up, so that no later duplicate here
+            // finds neither.
+            answers.remember(resource, &merchant, &key, &fingerprint, &answer);
+            guard.settle(&answer);
+            Ok(answer)
         }
-    };
-    answers.remember(resource, &merchant, &key, &fingerprint, &answer);
-    Ok(answer)
+    }
 }
 
 async fn claim_or_follow<O: Operation>(
@@ -326,11 +330,7 @@ async fn drive<O: Operation>(
     request: Option<RequestRef>,
 ) -> Result<Answer, ApiError> {
     let resource = O::resource(&row);
-    let inflight = state.inflight.register(
-        row.record_id(),
-        scope_key(resource, row.merchant_id(), row.idempotency_key()),
-        row.fingerprint(),
-    );
+    let inflight = state.inflight.drive(row.record_id());
     let answer = match O::call(state, &row, &call).await {
         Ok(Called::Final(outcome)) => {
             match finish::<O>(state, row.clone(), outcome.clone(), request.clone()).await {

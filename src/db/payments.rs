@@ -58,7 +58,20 @@ pub struct PaymentRow {
 /// A lost race comes back as `UniqueViolation`.
 pub fn insert(conn: &mut DbConnection, row: &PaymentRow) -> QueryResult<()> {
     match conn {
-        DbConnection::Postgres(pg) => prepared::InsertPayment(row).execute(pg).map(|_| ()),
+        // The batch statement with one row (one prepared statement for every claim): the
+        // only constraint it can skip a row for is the key (ids are random UUIDs).
+        DbConnection::Postgres(pg) => {
+            match prepared::InsertPayments::new(&[row]).load::<String>(pg)?[..] {
+                [] => Err(diesel::result::Error::DatabaseError(
+                    diesel::result::DatabaseErrorKind::UniqueViolation,
+                    Box::new(format!(
+                        "payments_idempotency: the key of {} is taken",
+                        row.id
+                    )),
+                )),
+                _ => Ok(()),
+            }
+        }
         DbConnection::Sqlite(_) => diesel::insert_into(payments::table)
             .values(row)
             .execute(conn)
@@ -77,7 +90,7 @@ pub fn insert_many(conn: &mut DbConnection, rows: &[PaymentRow]) -> QueryResult<
         .filter(|r| keys.insert((r.merchant_id.as_str(), r.idempotency_key.as_str())))
         .collect();
     let inserted: HashSet<String> = match conn {
-        DbConnection::Postgres(pg) => prepared::InsertPayments(&tried)
+        DbConnection::Postgres(pg) => prepared::InsertPayments::new(&tried)
             .load::<String>(pg)?
             .into_iter()
             .collect(),
@@ -141,8 +154,8 @@ pub fn find(
 /// `processing` can be finished, whoever holds the lease: the provider's answer for one
 /// idempotency key is the same for everyone. Returns false if it was already final.
 pub fn finish(conn: &mut DbConnection, row: &PaymentRow) -> QueryResult<bool> {
-    if let DbConnection::Postgres(pg) = conn {
-        return prepared::FinishPayment(row).execute(pg).map(|n| n == 1);
+    if let DbConnection::Postgres(_) = conn {
+        return Ok(finish_many(conn, &[row])?.contains(&true));
     }
     diesel::update(
         payments::table
@@ -171,14 +184,14 @@ pub fn finish(conn: &mut DbConnection, row: &PaymentRow) -> QueryResult<bool> {
 /// True for each row this call finished, in the order of `rows` (matched by id).
 pub fn finish_many(conn: &mut DbConnection, rows: &[&PaymentRow]) -> QueryResult<Vec<bool>> {
     match conn {
-        DbConnection::Postgres(pg) if rows.len() > 1 => {
-            let finished: HashSet<String> = prepared::FinishPayments(rows)
+        DbConnection::Postgres(pg) => {
+            let finished: HashSet<String> = prepared::FinishPayments::new(rows)
                 .load::<String>(pg)?
                 .into_iter()
                 .collect();
             Ok(rows.iter().map(|r| finished.contains(&r.id)).collect())
         }
-        _ => rows.iter().map(|row| finish(conn, row)).collect(),
+        DbConnection::Sqlite(_) => rows.iter().map(|row| finish(conn, row)).collect(),
     }
 }
 

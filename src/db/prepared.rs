@@ -1,161 +1,191 @@
-//! The two statements every new payment runs, written so PostgreSQL prepares them once
-//! per connection.
+//! The statements every new payment runs, written so PostgreSQL prepares them once per
+//! connection.
 //!
 //! diesel never caches an `UPDATE` (nor an `INSERT` with optional values) as a prepared
 //! statement, so through its DSL both are parsed and planned on every payment — about a
 //! third of the database's CPU per payment, measured with `scripts/bench.sh`. These
 //! fragments have a static query id and a fixed text, so diesel's statement cache keeps
-//! them. The SQL is the same as the DSL's in `payments.rs`, which SQLite still uses.
+//! them. Each takes one array per column, so one text serves a single claim or finish and
+//! a group-committed batch of any size alike. The SQL is the same as the DSL's in
+//! `payments.rs`, which SQLite still uses.
 
 use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
-use diesel::sql_types::{BigInt, Integer, Nullable, Text, Timestamp};
+use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamp};
 use diesel::{QueryResult, RunQueryDsl};
 
 use super::payments::PaymentRow;
 
-/// `INSERT INTO payments (…all columns…) VALUES (…)`: the claim.
-pub struct InsertPayment<'a>(pub &'a PaymentRow);
-
-/// `UPDATE payments SET <final state> WHERE id = ? AND status = 'processing'`.
-pub struct FinishPayment<'a>(pub &'a PaymentRow);
-
-/// Group commit of claims: `INSERT … VALUES (…), (…) ON CONFLICT DO NOTHING RETURNING id`.
-/// A row whose key is taken is not inserted and its id not returned. Not a static query:
-/// diesel caches it by its text, one statement per batch size.
-pub struct InsertPayments<'a>(pub &'a [&'a PaymentRow]);
-
-/// Group commit of finishes: `UPDATE payments AS p SET <final state> FROM (VALUES (…), (…))
-/// AS v WHERE p.id = v.id AND p.status = 'processing' RETURNING p.id`. Ids must be distinct.
-pub struct FinishPayments<'a>(pub &'a [&'a PaymentRow]);
-
-impl QueryId for InsertPayment<'_> {
-    type QueryId = InsertPayment<'static>;
-    const HAS_STATIC_QUERY_ID: bool = true;
+/// Group commit of claims: `INSERT … SELECT * FROM unnest(<one array per column>) ON
+/// CONFLICT DO NOTHING RETURNING id`. A row whose key is taken is not inserted and its id not
+/// returned. One array per column rather than one `VALUES` tuple per row: the text is the
+/// same for every batch size, so each connection prepares it once (a statement per size
+/// would be up to 128 prepared statements per connection, in both processes' memory).
+pub struct InsertPayments<'a> {
+    id: Vec<&'a str>,
+    merchant_id: Vec<&'a str>,
+    idempotency_key: Vec<&'a str>,
+    request_fingerprint: Vec<&'a str>,
+    amount: Vec<i64>,
+    currency: Vec<&'a str>,
+    payment_method: Vec<&'a str>,
+    customer_id: Vec<Option<&'a str>>,
+    description: Vec<Option<&'a str>>,
+    metadata: Vec<&'a str>,
+    status: Vec<&'a str>,
+    amount_refunded: Vec<i64>,
+    provider_charge_id: Vec<Option<&'a str>>,
+    failure_code: Vec<Option<&'a str>>,
+    failure_message: Vec<Option<&'a str>>,
+    response_status: Vec<Option<i32>>,
+    response_body: Vec<Option<&'a str>>,
+    lease_token: Vec<Option<&'a str>>,
+    lease_expires_at: Vec<Option<crate::domain::Timestamp>>,
+    provider_attempts: Vec<i32>,
+    created_at: Vec<crate::domain::Timestamp>,
+    updated_at: Vec<crate::domain::Timestamp>,
+    capture_method: Vec<&'a str>,
 }
 
-impl QueryId for FinishPayment<'_> {
-    type QueryId = FinishPayment<'static>;
-    const HAS_STATIC_QUERY_ID: bool = true;
+/// Group commit of finishes (and a single finish): `UPDATE payments AS p SET <final state>
+/// FROM unnest(<one array per column>) AS v WHERE p.id = v.id AND p.status = 'processing'
+/// RETURNING p.id`. Ids must be distinct. One text for every batch size, like
+/// [`InsertPayments`].
+pub struct FinishPayments<'a> {
+    id: Vec<&'a str>,
+    status: Vec<&'a str>,
+    provider_charge_id: Vec<Option<&'a str>>,
+    failure_code: Vec<Option<&'a str>>,
+    failure_message: Vec<Option<&'a str>>,
+    response_status: Vec<Option<i32>>,
+    response_body: Vec<Option<&'a str>>,
+    amount_capturable: Vec<i64>,
+    amount_captured: Vec<i64>,
+    authorized_at: Vec<Option<crate::domain::Timestamp>>,
+    updated_at: Vec<crate::domain::Timestamp>,
 }
 
-const INSERT_PAYMENTS: &str = "INSERT INTO payments (id, merchant_id, idempotency_key, \
-     request_fingerprint, amount, currency, payment_method, customer_id, description, metadata, \
-     status, amount_refunded, provider_charge_id, failure_code, failure_message, \
-     response_status, response_body, lease_token, lease_expires_at, provider_attempts, \
-     created_at, updated_at, capture_method) VALUES ";
-
-/// `(…the values of every column the claim sets…)`.
-fn push_claim_values<'b>(out: &mut AstPass<'_, 'b, Pg>, r: &'b PaymentRow) -> QueryResult<()> {
-    out.push_sql("(");
-    out.push_bind_param::<Text, _>(&r.id)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Text, _>(&r.merchant_id)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Text, _>(&r.idempotency_key)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Text, _>(&r.request_fingerprint)?;
-    out.push_sql(", ");
-    out.push_bind_param::<BigInt, _>(&r.amount)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Text, _>(&r.currency)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Text, _>(&r.payment_method)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Nullable<Text>, _>(&r.customer_id)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Nullable<Text>, _>(&r.description)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Text, _>(&r.metadata)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Text, _>(&r.status)?;
-    out.push_sql(", ");
-    out.push_bind_param::<BigInt, _>(&r.amount_refunded)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Nullable<Text>, _>(&r.provider_charge_id)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Nullable<Text>, _>(&r.failure_code)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Nullable<Text>, _>(&r.failure_message)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Nullable<Integer>, _>(&r.response_status)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Nullable<Text>, _>(&r.response_body)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Nullable<Text>, _>(&r.lease_token)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Nullable<Timestamp>, _>(&r.lease_expires_at)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Integer, _>(&r.provider_attempts)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Timestamp, _>(&r.created_at)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Timestamp, _>(&r.updated_at)?;
-    out.push_sql(", ");
-    out.push_bind_param::<Text, _>(&r.capture_method)?;
-    out.push_sql(")");
-    Ok(())
-}
-
-impl QueryFragment<Pg> for InsertPayment<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        out.push_sql(INSERT_PAYMENTS);
-        push_claim_values(&mut out, self.0)
+impl<'a> InsertPayments<'a> {
+    pub fn new(rows: &[&'a PaymentRow]) -> Self {
+        let column = |f: fn(&'a PaymentRow) -> &'a str| rows.iter().map(|r| f(r)).collect();
+        let optional =
+            |f: fn(&'a PaymentRow) -> Option<&'a str>| rows.iter().map(|r| f(r)).collect();
+        Self {
+            id: column(|r| &r.id),
+            merchant_id: column(|r| &r.merchant_id),
+            idempotency_key: column(|r| &r.idempotency_key),
+            request_fingerprint: column(|r| &r.request_fingerprint),
+            amount: rows.iter().map(|r| r.amount).collect(),
+            currency: column(|r| &r.currency),
+            payment_method: column(|r| &r.payment_method),
+            customer_id: optional(|r| r.customer_id.as_deref()),
+            description: optional(|r| r.description.as_deref()),
+            metadata: column(|r| &r.metadata),
+            status: column(|r| &r.status),
+            amount_refunded: rows.iter().map(|r| r.amount_refunded).collect(),
+            provider_charge_id: optional(|r| r.provider_charge_id.as_deref()),
+            failure_code: optional(|r| r.failure_code.as_deref()),
+            failure_message: optional(|r| r.failure_message.as_deref()),
+            response_status: rows.iter().map(|r| r.response_status).collect(),
+            response_body: optional(|r| r.response_body.as_deref()),
+            lease_token: optional(|r| r.lease_token.as_deref()),
+            lease_expires_at: rows.iter().map(|r| r.lease_expires_at).collect(),
+            provider_attempts: rows.iter().map(|r| r.provider_attempts).collect(),
+            created_at: rows.iter().map(|r| r.created_at).collect(),
+            updated_at: rows.iter().map(|r| r.updated_at).collect(),
+            capture_method: column(|r| &r.capture_method),
+        }
     }
+}
+
+impl<'a> FinishPayments<'a> {
+    pub fn new(rows: &[&'a PaymentRow]) -> Self {
+        let optional =
+            |f: fn(&'a PaymentRow) -> Option<&'a str>| rows.iter().map(|r| f(r)).collect();
+        Self {
+            id: rows.iter().map(|r| r.id.as_str()).collect(),
+            status: rows.iter().map(|r| r.status.as_str()).collect(),
+            provider_charge_id: optional(|r| r.provider_charge_id.as_deref()),
+            failure_code: optional(|r| r.failure_code.as_deref()),
+            failure_message: optional(|r| r.failure_message.as_deref()),
+            response_status: rows.iter().map(|r| r.response_status).collect(),
+            response_body: optional(|r| r.response_body.as_deref()),
+            amount_capturable: rows.iter().map(|r| r.amount_capturable).collect(),
+            amount_captured: rows.iter().map(|r| r.amount_captured).collect(),
+            authorized_at: rows.iter().map(|r| r.authorized_at).collect(),
+            updated_at: rows.iter().map(|r| r.updated_at).collect(),
+        }
+    }
+}
+
+const INSERT_PAYMENTS_COLUMNS: &str = "INSERT INTO payments (id, merchant_id, \
+     idempotency_key, request_fingerprint, amount, currency, payment_method, customer_id, \
+     description, metadata, status, amount_refunded, provider_charge_id, failure_code, \
+     failure_message, response_status, response_body, lease_token, lease_expires_at, \
+     provider_attempts, created_at, updated_at, capture_method)";
+
+impl QueryId for InsertPayments<'_> {
+    type QueryId = InsertPayments<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl QueryId for FinishPayments<'_> {
+    type QueryId = FinishPayments<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
 }
 
 impl QueryFragment<Pg> for InsertPayments<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        out.push_sql(INSERT_PAYMENTS);
-        for (n, row) in self.0.iter().enumerate() {
-            if n > 0 {
-                out.push_sql(", ");
-            }
-            push_claim_values(&mut out, row)?;
-        }
-        out.push_sql(" ON CONFLICT DO NOTHING RETURNING id");
+        out.push_sql(INSERT_PAYMENTS_COLUMNS);
+        out.push_sql(" SELECT * FROM unnest(");
+        out.push_bind_param::<Array<Text>, _>(&self.id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Text>, _>(&self.merchant_id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Text>, _>(&self.idempotency_key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Text>, _>(&self.request_fingerprint)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<BigInt>, _>(&self.amount)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Text>, _>(&self.currency)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Text>, _>(&self.payment_method)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.customer_id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.description)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Text>, _>(&self.metadata)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Text>, _>(&self.status)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<BigInt>, _>(&self.amount_refunded)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.provider_charge_id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.failure_code)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.failure_message)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Nullable<Integer>>, _>(&self.response_status)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.response_body)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.lease_token)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&self.lease_expires_at)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Integer>, _>(&self.provider_attempts)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Timestamp>, _>(&self.created_at)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Timestamp>, _>(&self.updated_at)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Text>, _>(&self.capture_method)?;
+        out.push_sql(") ON CONFLICT DO NOTHING RETURNING id");
         Ok(())
     }
-}
-
-impl QueryFragment<Pg> for FinishPayment<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        let r = self.0;
-        out.push_sql("UPDATE payments SET status = ");
-        out.push_bind_param::<Text, _>(&r.status)?;
-        out.push_sql(", provider_charge_id = ");
-        out.push_bind_param::<Nullable<Text>, _>(&r.provider_charge_id)?;
-        out.push_sql(", failure_code = ");
-        out.push_bind_param::<Nullable<Text>, _>(&r.failure_code)?;
-        out.push_sql(", failure_message = ");
-        out.push_bind_param::<Nullable<Text>, _>(&r.failure_message)?;
-        out.push_sql(", response_status = ");
-        out.push_bind_param::<Nullable<Integer>, _>(&r.response_status)?;
-        out.push_sql(", response_body = ");
-        out.push_bind_param::<Nullable<Text>, _>(&r.response_body)?;
-        out.push_sql(", amount_capturable = ");
-        out.push_bind_param::<BigInt, _>(&r.amount_capturable)?;
-        out.push_sql(", amount_captured = ");
-        out.push_bind_param::<BigInt, _>(&r.amount_captured)?;
-        out.push_sql(", authorized_at = ");
-        out.push_bind_param::<Nullable<Timestamp>, _>(&r.authorized_at)?;
-        out.push_sql(", lease_token = NULL, lease_expires_at = NULL, updated_at = ");
-        out.push_bind_param::<Timestamp, _>(&r.updated_at)?;
-        out.push_sql(" WHERE id = ");
-        out.push_bind_param::<Text, _>(&r.id)?;
-        out.push_sql(" AND status = 'processing'");
-        Ok(())
-    }
-}
-
-impl QueryId for InsertPayments<'_> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
-}
-
-impl QueryId for FinishPayments<'_> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
 }
 
 impl QueryFragment<Pg> for FinishPayments<'_> {
@@ -166,33 +196,30 @@ impl QueryFragment<Pg> for FinishPayments<'_> {
              failure_message = v.failure_message, response_status = v.response_status, \
              response_body = v.response_body, amount_capturable = v.amount_capturable, \
              amount_captured = v.amount_captured, authorized_at = v.authorized_at, \
-             lease_token = NULL, lease_expires_at = NULL, updated_at = v.updated_at FROM (VALUES ",
+             lease_token = NULL, lease_expires_at = NULL, updated_at = v.updated_at \
+             FROM unnest(",
         );
-        for (n, r) in self.0.iter().enumerate() {
-            out.push_sql(if n == 0 { "(" } else { ", (" });
-            out.push_bind_param::<Text, _>(&r.id)?;
-            out.push_sql(", ");
-            out.push_bind_param::<Text, _>(&r.status)?;
-            out.push_sql(", ");
-            out.push_bind_param::<Nullable<Text>, _>(&r.provider_charge_id)?;
-            out.push_sql(", ");
-            out.push_bind_param::<Nullable<Text>, _>(&r.failure_code)?;
-            out.push_sql(", ");
-            out.push_bind_param::<Nullable<Text>, _>(&r.failure_message)?;
-            out.push_sql(", ");
-            out.push_bind_param::<Nullable<Integer>, _>(&r.response_status)?;
-            out.push_sql(", ");
-            out.push_bind_param::<Nullable<Text>, _>(&r.response_body)?;
-            out.push_sql(", ");
-            out.push_bind_param::<BigInt, _>(&r.amount_capturable)?;
-            out.push_sql(", ");
-            out.push_bind_param::<BigInt, _>(&r.amount_captured)?;
-            out.push_sql(", ");
-            out.push_bind_param::<Nullable<Timestamp>, _>(&r.authorized_at)?;
-            out.push_sql(", ");
-            out.push_bind_param::<Timestamp, _>(&r.updated_at)?;
-            out.push_sql(")");
-        }
+        out.push_bind_param::<Array<Text>, _>(&self.id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Text>, _>(&self.status)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.provider_charge_id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.failure_code)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.failure_message)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Nullable<Integer>>, _>(&self.response_status)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.response_body)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<BigInt>, _>(&self.amount_capturable)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<BigInt>, _>(&self.amount_captured)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&self.authorized_at)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Timestamp>, _>(&self.updated_at)?;
         out.push_sql(
             ") AS v (id, status, provider_charge_id, failure_code, failure_message, \
              response_status, response_body, amount_capturable, amount_captured, \
@@ -203,7 +230,6 @@ impl QueryFragment<Pg> for FinishPayments<'_> {
     }
 }
 
-impl RunQueryDsl<diesel::PgConnection> for InsertPayment<'_> {}
 impl Query for InsertPayments<'_> {
     type SqlType = Text;
 }
@@ -214,4 +240,3 @@ impl Query for FinishPayments<'_> {
 
 impl RunQueryDsl<diesel::PgConnection> for InsertPayments<'_> {}
 impl RunQueryDsl<diesel::PgConnection> for FinishPayments<'_> {}
-impl RunQueryDsl<diesel::PgConnection> for FinishPayment<'_> {}

@@ -1,13 +1,16 @@
 //! What a request with an already-used key is told, and how duplicates wait for the first
 //! request without querying the database in a loop.
 //!
-//! Duplicates in this process subscribe to the running request's outcome through
-//! [`InFlight`] and wake the moment it settles. Duplicates whose first request runs in
-//! another instance poll the row with a growing interval instead. [`follow`] is that
-//! loop, shared by every endpoint whose rows are their own idempotency records.
+//! In one process, only the first request of an idempotency scope goes to the database
+//! (it claims, or follows a claim made elsewhere): its duplicates here wait on it through
+//! [`InFlight`] and wake the moment it answers, however many they are. The one request
+//! following a claim made in another instance polls the row with a growing interval
+//! ([`follow`], shared by every endpoint whose rows are their own idempotency records), so
+//! a storm spread over instances costs each instance one poller, not one per request.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -56,6 +59,16 @@ impl Answer {
         self.status != 202
     }
 
+    /// What a duplicate that waited for this answer is told: the replay of a final answer,
+    /// or the same 202 (rather than all of them retrying at once).
+    pub fn for_duplicate(self) -> Self {
+        if self.is_final() {
+            self.replayed()
+        } else {
+            self
+        }
+    }
+
     pub fn into_response(self) -> HttpResponse {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = HttpResponse::build(status);
@@ -80,58 +93,105 @@ pub fn scope_key(resource: &str, merchant_id: &str, idempotency_key: &str) -> St
     format!("{resource}\u{0}{merchant_id}\u{0}{idempotency_key}")
 }
 
-#[derive(Default)]
-struct Registry {
-    /// Running requests by object id, each with a channel its duplicates can wait on.
-    by_id: HashMap<String, watch::Receiver<Outcome>>,
-    /// The same requests by idempotency scope: (fingerprint of the claiming request, id).
-    by_scope: HashMap<String, (String, String)>,
+/// Where a running request is registered.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Entry {
+    /// The request that leads an idempotency scope here, with its fingerprint.
+    Scope(String),
+    /// The request that holds the lease of a row here (it is asking the provider).
+    Row(String),
 }
 
-/// The requests running in this process.
+struct Running {
+    fingerprint: String,
+    outcome: watch::Receiver<Outcome>,
+}
+
+/// The requests running in this process, with a channel their duplicates wait on.
 #[derive(Default, Clone)]
 pub struct InFlight {
-    registry: Arc<Mutex<Registry>>,
+    running: Arc<Mutex<HashMap<Entry, Running>>>,
+    /// Reads of a row by duplicates waiting for another instance (see [`follow`]).
+    polls: Arc<AtomicU64>,
+}
+
+/// This request's turn under an idempotency scope in this process.
+pub enum Turn {
+    /// It is the first: it goes to the database and settles the guard with its answer.
+    Lead(InFlightGuard),
+    /// Another request here leads the scope: wait for its answer.
+    Join {
+        fingerprint: String,
+        outcome: watch::Receiver<Outcome>,
+    },
 }
 
 impl InFlight {
-    fn registry(&self) -> MutexGuard<'_, Registry> {
+    fn running(&self) -> MutexGuard<'_, HashMap<Entry, Running>> {
         // Only inserts and removes happen under the lock; a poisoned map is still consistent.
-        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Announces that this request now works on `id`, claimed under `scope` by a request
-    /// with `fingerprint`. The guard must be settled with the outcome; dropped unsettled
-    /// (an error), its waiters fall back to reading the row.
-    pub fn register(&self, id: &str, scope: String, fingerprint: &str) -> InFlightGuard {
-        let (sender, receiver) = watch::channel(None);
-        let mut registry = self.registry();
-        registry.by_id.insert(id.to_owned(), receiver);
-        registry
-            .by_scope
-            .insert(scope.clone(), (fingerprint.to_owned(), id.to_owned()));
+    /// Registers `entry` (the lock is held by the caller, who has checked it is free).
+    fn register(
+        &self,
+        running: &mut HashMap<Entry, Running>,
+        entry: Entry,
+        fingerprint: &str,
+    ) -> InFlightGuard {
+        let (sender, outcome) = watch::channel(None);
+        let fingerprint = fingerprint.to_owned();
+        running.insert(
+            entry.clone(),
+            Running {
+                fingerprint,
+                outcome,
+            },
+        );
         InFlightGuard {
             registry: self.clone(),
-            id: id.to_owned(),
-            scope,
+            entry,
             sender,
         }
     }
 
-    pub fn subscribe(&self, id: &str) -> Option<watch::Receiver<Outcome>> {
-        self.registry().by_id.get(id).cloned()
+    /// Leads `scope` in this process if no request does yet (decided under one lock, so
+    /// of simultaneous duplicates exactly one leads), else joins the one that does.
+    pub fn lead_or_join(&self, scope: &str, fingerprint: &str) -> Turn {
+        let entry = Entry::Scope(scope.to_owned());
+        let mut running = self.running();
+        match running.get(&entry) {
+            Some(leader) => Turn::Join {
+                fingerprint: leader.fingerprint.clone(),
+                outcome: leader.outcome.clone(),
+            },
+            None => Turn::Lead(self.register(&mut running, entry, fingerprint)),
+        }
     }
 
-    /// The request running under `scope` here: (its fingerprint, its object id).
-    pub fn running_under(&self, scope: &str) -> Option<(String, String)> {
-        self.registry().by_scope.get(scope).cloned()
+    /// Announces that this request holds the lease of row `id` and is asking the provider.
+    /// The guard must be settled with the outcome; dropped unsettled (an error), its
+    /// waiters fall back to reading the row.
+    pub fn drive(&self, id: &str) -> InFlightGuard {
+        // A takeover after a lost lease may register a row again: the newest entry wins.
+        self.register(&mut self.running(), Entry::Row(id.to_owned()), "")
+    }
+
+    pub fn subscribe(&self, id: &str) -> Option<watch::Receiver<Outcome>> {
+        self.running()
+            .get(&Entry::Row(id.to_owned()))
+            .map(|r| r.outcome.clone())
+    }
+
+    /// Reads of rows by duplicates waiting for a request in another instance, since start.
+    pub fn polls(&self) -> u64 {
+        self.polls.load(Ordering::Relaxed)
     }
 }
 
 pub struct InFlightGuard {
     registry: InFlight,
-    id: String,
-    scope: String,
+    entry: Entry,
     sender: watch::Sender<Outcome>,
 }
 
@@ -143,67 +203,84 @@ impl InFlightGuard {
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
-        let mut registry = self.registry.registry();
-        // A later request may have registered the same id after a takeover: leave its entry.
-        if registry
-            .by_id
-            .get(&self.id)
-            .is_some_and(|r| r.same_channel(&self.sender.subscribe()))
+        let mut running = self.registry.running();
+        // A later request may have registered the same entry after a takeover: leave it.
+        if running
+            .get(&self.entry)
+            .is_some_and(|r| r.outcome.same_channel(&self.sender.subscribe()))
         {
-            registry.by_id.remove(&self.id);
-            if registry
-                .by_scope
-                .get(&self.scope)
-                .is_some_and(|(_, id)| *id == self.id)
-            {
-                registry.by_scope.remove(&self.scope);
-            }
+            running.remove(&self.entry);
         }
     }
 }
 
-/// What a request learnt from a request running under its key in this process.
+/// What a request learnt from the request leading its key in this process.
 pub enum Joined {
-    /// Its outcome: a replay of the final answer, or the 202 it ended with.
+    /// Its answer: a replay of the final answer, or the 202 it ended with.
     Answer(Answer),
-    /// Nothing runs under the key here (or it ended without an outcome): go to the
-    /// database, with this much of the wait left.
-    NotRunning { wait_left: Duration },
+    /// This request leads its key here: it goes to the database with this much of the wait
+    /// left, and settles `guard` with its answer for the duplicates that join meanwhile.
+    Lead {
+        guard: InFlightGuard,
+        wait_left: Duration,
+    },
 }
 
-/// A duplicate of a request running in this process waits on it directly: no insert that
-/// is bound to fail, no reads. A storm of identical requests costs the database only the
-/// first request's work.
-pub async fn join_running(
+/// Leads the key in this process, or waits on the request that does: no insert that is
+/// bound to fail, no reads. A storm of identical requests costs the database only the
+/// leader's work, per instance. A leader that fails (an error, not an answer) hands the
+/// lead to one of its waiters; one whose wait runs out is answered 409 with `Retry-After`.
+pub async fn lead_or_join(
     inflight: &InFlight,
     resource: &'static str,
     scope: &str,
     fingerprint: &str,
     wait: Duration,
-) -> Result<Joined, crate::error::ApiError> {
+) -> Result<Joined, ApiError> {
     use crate::metrics::{IdempotencyOutcome, idempotency};
-    let Some((claimed, id)) = inflight.running_under(scope) else {
-        return Ok(Joined::NotRunning { wait_left: wait });
-    };
-    if claimed != fingerprint {
-        idempotency(resource, IdempotencyOutcome::Reused);
-        return Err(crate::error::ApiError::IdempotencyKeyReused);
-    }
-    let started = Instant::now();
-    match wait_for_outcome(inflight, &id, wait).await {
-        Some(answer) if answer.is_final() => {
-            idempotency(resource, IdempotencyOutcome::Replayed);
-            Ok(Joined::Answer(answer.replayed()))
+    let deadline = Instant::now() + wait;
+    loop {
+        let (claimed, mut outcome) = match inflight.lead_or_join(scope, fingerprint) {
+            Turn::Lead(guard) => {
+                let wait_left = deadline.saturating_duration_since(Instant::now());
+                return Ok(Joined::Lead { guard, wait_left });
+            }
+            Turn::Join {
+                fingerprint,
+                outcome,
+            } => (fingerprint, outcome),
+        };
+        if claimed != fingerprint {
+            idempotency(resource, IdempotencyOutcome::Reused);
+            return Err(ApiError::IdempotencyKeyReused);
         }
-        Some(answer) => Ok(Joined::Answer(answer)),
-        None => Ok(Joined::NotRunning {
-            wait_left: wait.saturating_sub(started.elapsed()),
-        }),
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let settled =
+            actix_web::rt::time::timeout(remaining, outcome.wait_for(Option::is_some)).await;
+        match settled {
+            Ok(Ok(answer)) => {
+                let answer = answer.clone().map(Answer::for_duplicate);
+                if let Some(answer) = answer {
+                    if answer.replayed {
+                        idempotency(resource, IdempotencyOutcome::Replayed);
+                    }
+                    return Ok(Joined::Answer(answer));
+                }
+            }
+            // The leader ended without an answer: take a turn (lead, or join the next).
+            Ok(Err(_)) => {}
+            Err(_) => {
+                idempotency(resource, IdempotencyOutcome::InUse);
+                return Err(ApiError::IdempotencyKeyInUse {
+                    retry_after_secs: RETRY_AFTER_SECS,
+                });
+            }
+        }
     }
 }
 
-/// Waits for the outcome of the request running `id` in this process, for at most `wait`.
-/// `None`: nothing runs it here, it ended without an outcome, or time ran out.
+/// Waits for the outcome of the request driving row `id` in this process, for at most
+/// `wait`. `None`: nothing drives it here, it ended without an outcome, or time ran out.
 pub async fn wait_for_outcome(
     registry: &InFlight,
     id: &str,
@@ -219,9 +296,11 @@ pub async fn wait_for_outcome(
 
 /// How long a duplicate told "in use" should wait before retrying.
 pub const RETRY_AFTER_SECS: u64 = 1;
-/// Polling bounds for duplicates whose first request runs in another instance.
-const POLL_FIRST: Duration = Duration::from_millis(20);
-const POLL_MAX: Duration = Duration::from_millis(250);
+/// Polling bounds for the duplicate whose first request runs in another instance. Only
+/// one request per key and instance polls (the others wait on it, see [`lead_or_join`]),
+/// so the interval can stay short: the answer is seen at most 50 ms after it is stored.
+const POLL_FIRST: Duration = Duration::from_millis(10);
+const POLL_MAX: Duration = Duration::from_millis(50);
 
 /// A row that is its own idempotency record: a stored final answer once finished, and a
 /// lease naming the request that works on it until then.
@@ -347,17 +426,15 @@ where
         // Running in this process: wake exactly when it settles. It may end with 202
         // (outcome unknown); its duplicates answer 202 too rather than all retrying at once.
         if let Some(answer) = wait_for_outcome(inflight, row.record_id(), remaining).await {
-            return Ok(Followed::Answer(if answer.is_final() {
-                answer.replayed()
-            } else {
-                answer
-            }));
+            return Ok(Followed::Answer(answer.for_duplicate()));
         }
         if inflight.subscribe(row.record_id()).is_none() {
             // Running elsewhere (another instance), or it just ended: poll with backoff.
             actix_web::rt::time::sleep(poll.min(remaining)).await;
             poll = (poll * 2).min(POLL_MAX);
         }
+        inflight.polls.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::idempotency_poll();
         row = reload(row.record_id().to_owned()).await?;
     }
 }
@@ -369,7 +446,7 @@ mod tests {
     #[actix_web::test]
     async fn waiters_receive_the_outcome_once_settled() {
         let registry = InFlight::default();
-        let guard = registry.register("pay_1", scope_key("payment", "m", "k1"), "fp");
+        let guard = registry.drive("pay_1");
         let waiter = {
             let registry = registry.clone();
             actix_web::rt::spawn(async move {
@@ -458,7 +535,7 @@ mod tests {
     #[actix_web::test]
     async fn an_unsettled_guard_releases_its_waiters() {
         let registry = InFlight::default();
-        let guard = registry.register("pay_2", scope_key("payment", "m", "k2"), "fp");
+        let guard = registry.drive("pay_2");
         let waiter = {
             let registry = registry.clone();
             actix_web::rt::spawn(async move {

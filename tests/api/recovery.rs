@@ -181,6 +181,52 @@ async fn three_instances_on_one_database_charge_once_for_200_identical_requests(
 }
 
 #[actix_web::test]
+async fn duplicates_of_a_key_claimed_by_another_instance_share_one_poller_per_instance() {
+    let provider = spawn_provider().await;
+    provider.faults.latency_ms.store(1000, Ordering::SeqCst);
+    let (apps, _database) = spawn_cluster(2, &provider, |s| {
+        s.bootstrap_api_key = Some("sk_test_cluster_poll_key_0001".to_owned());
+    })
+    .await;
+    let (a, b) = (&apps[0], &apps[1]);
+    let body = visa(4200);
+
+    let first = a.post_payment("poll-storm", &body);
+    let duplicates = async {
+        // Once A's claim is stored, every duplicate on B follows a request of another
+        // instance: only by reading the row can B learn its answer.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while b.payment_rows().await == 0 {
+            assert!(Instant::now() < deadline, "A never claimed the key");
+            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        let polls_before = b.state.inflight.polls();
+        let responses = join_all((0..100).map(|_| b.post_payment("poll-storm", &body))).await;
+        (responses, b.state.inflight.polls() - polls_before)
+    };
+    let (first, (responses, polls)) = futures_util::future::join(first, duplicates).await;
+
+    assert_eq!(first.status, 201, "{}", first.text());
+    for response in &responses {
+        assert_eq!(response.status, 201, "{}", response.text());
+        assert_eq!(
+            response.body, first.body,
+            "every duplicate gets the first answer"
+        );
+        assert_eq!(response.header("idempotent-replayed"), Some("true"));
+    }
+    assert_eq!(provider.simulator.charge_calls(), 1);
+    assert_eq!(b.payment_rows().await, 1);
+    // One request on B polls while A asks the provider (about 20 reads in a second);
+    // the other 99 wait on it. Each polling on its own would read at least 100 times.
+    assert!(polls >= 1, "B must have read the row to learn A's answer");
+    assert!(
+        polls < 100,
+        "{polls} reads of one row: the duplicates polled one by one"
+    );
+}
+
+#[actix_web::test]
 async fn a_service_killed_mid_charge_finishes_the_payment_after_restart_with_one_charge() {
     let provider = spawn_provider().await;
     provider.faults.latency_ms.store(1500, Ordering::SeqCst);
