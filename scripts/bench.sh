@@ -41,14 +41,17 @@ start_service() {
   for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$1/health/ready" >/dev/null 2>&1 && return; sleep 0.1; done
   echo "the service did not start" >&2; cat /tmp/payments-bench-service.log >&2; exit 1
 }
-# Stops every instance, remembering the highest peak RSS any of them reached.
+# Stops every instance, printing the peak RSS of each and remembering the highest.
 PEAK_RSS=0
 stop_services() {
+  local peaks=""
   for pid in "${PIDS[@]}"; do
     rss=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$pid/status" 2>/dev/null || echo 0)
+    peaks="$peaks $rss"
     PEAK_RSS=$(awk -v a="$PEAK_RSS" -v b="$rss" 'BEGIN { print (b > a) ? b : a }')
     kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
   done
+  [ -n "$peaks" ] && echo "   peak RSS (MiB) of the instance(s) of this scenario:$peaks"
   PIDS=()
 }
 trap 'stop_services' EXIT

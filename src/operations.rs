@@ -250,7 +250,9 @@ async fn claim_or_follow<O: Operation>(
         metrics::idempotency(resource, IdempotencyOutcome::Reused);
         return Err(ApiError::IdempotencyKeyReused);
     }
-    follow_existing::<O>(state, existing, request, wait).await
+    // Boxed: following is the rare path, and its future is large; inline, every request
+    // would carry its space (futures hold their largest state) for as long as it runs.
+    Box::pin(follow_existing::<O>(state, existing, request, wait)).await
 }
 
 /// A duplicate of an existing row: replay it if final, take it over if nobody owns it,
@@ -287,7 +289,9 @@ async fn follow_existing<O: Operation>(
     observe(resource, &followed);
     match followed? {
         Followed::Answer(answer) => Ok(answer),
-        Followed::TakenOver(row, token) => resume_owned::<O>(state, row, token, request).await,
+        Followed::TakenOver(row, token) => {
+            Box::pin(resume_owned::<O>(state, row, token, request)).await
+        }
     }
 }
 

@@ -580,8 +580,9 @@ impl Default for FinalAnswers {
 }
 
 impl FinalAnswers {
-    /// What the map may hold: about 8 MiB, some 6 000 payment answers.
-    pub const MAX_BYTES: u64 = 8 * 1024 * 1024;
+    /// What the map may hold: about 2 MiB, some 1 500 payment answers (a retry storm's
+    /// key stays; a miss costs one database read). Measured: 8 MiB cost 6 MiB of peak RSS.
+    pub const MAX_BYTES: u64 = 2 * 1024 * 1024;
 
     pub fn with_capacity(max_bytes: u64) -> Self {
         let estimated_items = usize::try_from(max_bytes / 1400).unwrap_or(1024).max(16);
