@@ -58,6 +58,8 @@ fn parse_args() -> Result<Args, String> {
 struct Samples {
     latencies: Vec<Duration>,
     non_2xx: usize,
+    /// Each non-2xx status with its count, to tell a 409 from a 503.
+    statuses: std::collections::BTreeMap<u16, usize>,
     errors: usize,
 }
 
@@ -65,6 +67,9 @@ impl Samples {
     fn merge(&mut self, other: Samples) {
         self.latencies.extend(other.latencies);
         self.non_2xx += other.non_2xx;
+        for (status, n) in other.statuses {
+            *self.statuses.entry(status).or_default() += n;
+        }
         self.errors += other.errors;
     }
 
@@ -81,11 +86,15 @@ impl Samples {
     fn report(&self, scenario: &str, elapsed: Duration) {
         let n = self.latencies.len();
         println!(
-            "RESULT scenario={scenario} requests={n} rps={:.0} p50_ms={:.2} p99_ms={:.2} non_2xx={} errors={}",
+            "RESULT scenario={scenario} requests={n} rps={:.0} p50_ms={:.2} p99_ms={:.2} non_2xx={}{} errors={}",
             n as f64 / elapsed.as_secs_f64(),
             self.percentile(0.50),
             self.percentile(0.99),
             self.non_2xx,
+            self.statuses
+                .iter()
+                .map(|(status, n)| format!(" status_{status}={n}"))
+                .collect::<String>(),
             self.errors
         );
     }
@@ -122,6 +131,7 @@ async fn timed(
             samples.latencies.push(started.elapsed());
             if !(200..300).contains(&status) {
                 samples.non_2xx += 1;
+                *samples.statuses.entry(status).or_default() += 1;
             }
             Some(body)
         }
