@@ -255,27 +255,39 @@ pub async fn lead_or_join(
             return Err(ApiError::IdempotencyKeyReused);
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let settled =
-            actix_web::rt::time::timeout(remaining, outcome.wait_for(Option::is_some)).await;
-        match settled {
-            Ok(Ok(answer)) => {
-                let answer = answer.clone().map(Answer::for_duplicate);
-                if let Some(answer) = answer {
-                    if answer.replayed {
-                        idempotency(resource, IdempotencyOutcome::Replayed);
-                    }
-                    return Ok(Joined::Answer(answer));
+        match settled(&mut outcome, remaining).await {
+            Settled::Answer(answer) => {
+                let answer = answer.for_duplicate();
+                if answer.replayed {
+                    idempotency(resource, IdempotencyOutcome::Replayed);
                 }
+                return Ok(Joined::Answer(answer));
             }
             // The leader ended without an answer: take a turn (lead, or join the next).
-            Ok(Err(_)) => {}
-            Err(_) => {
+            Settled::Ended => {}
+            Settled::TimedOut => {
                 idempotency(resource, IdempotencyOutcome::InUse);
                 return Err(ApiError::IdempotencyKeyInUse {
                     retry_after_secs: RETRY_AFTER_SECS,
                 });
             }
         }
+    }
+}
+
+/// How waiting on a running request's channel ended.
+enum Settled {
+    Answer(Answer),
+    /// It ended without an answer (an error; its guard was dropped unsettled).
+    Ended,
+    TimedOut,
+}
+
+async fn settled(outcome: &mut watch::Receiver<Outcome>, wait: Duration) -> Settled {
+    match actix_web::rt::time::timeout(wait, outcome.wait_for(Option::is_some)).await {
+        Ok(Ok(answer)) => answer.clone().map_or(Settled::Ended, Settled::Answer),
+        Ok(Err(_)) => Settled::Ended,
+        Err(_) => Settled::TimedOut,
     }
 }
 
@@ -287,10 +299,9 @@ pub async fn wait_for_outcome(
     wait: std::time::Duration,
 ) -> Option<Answer> {
     let mut receiver = registry.subscribe(id)?;
-    let settled = actix_web::rt::time::timeout(wait, receiver.wait_for(Option::is_some)).await;
-    match settled {
-        Ok(Ok(outcome)) => outcome.clone(),
-        _ => None,
+    match settled(&mut receiver, wait).await {
+        Settled::Answer(answer) => Some(answer),
+        Settled::Ended | Settled::TimedOut => None,
     }
 }
 
