@@ -2,6 +2,7 @@
 //! sit the in-process simulator (the default) and, with `PROVIDER_URL`, the HTTP client.
 
 mod http;
+mod journal;
 mod metered;
 pub mod sim_server;
 mod simulator;

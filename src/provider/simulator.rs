@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_util::future::LocalBoxFuture;
 
+use super::journal::{Journal, Text};
 use super::webhook_delivery::{WebhookDelivery, charge_event};
 use super::{
     CaptureRequest, Charge, ChargeRequest, ChargeUpdate, ChargeUpdateError, OutcomeUnknown,
@@ -15,25 +16,63 @@ use super::{
 
 #[derive(Default)]
 struct Ledger {
-    charges: Vec<Charge>,
-    charge_by_key: HashMap<String, usize>,
+    charges: Journal<StoredCharge>,
     /// Every charge call, including those answered from the idempotency record.
     charge_calls: u64,
     /// Payment method and capture flag of each pending charge, by charge id: decide how it
     /// completes.
     pending_methods: HashMap<String, (String, bool)>,
-    refunds: Vec<ProviderRefund>,
-    refund_by_key: HashMap<String, usize>,
+    refunds: Journal<ProviderRefund>,
     /// Every refund call, including those answered from the idempotency record.
     refund_calls: u64,
     /// Captures and cancels that moved a charge, in order (one per idempotency key).
     captures: Vec<ChargeUpdate>,
     cancels: Vec<ChargeUpdate>,
     /// The first answer to each capture or cancel key, refusals included.
-    update_by_key: HashMap<String, Result<ChargeUpdate, String>>,
+    updates: Journal<Result<ChargeUpdate, String>>,
     /// Every capture and cancel call, including those answered from the idempotency record.
     capture_calls: u64,
     cancel_calls: u64,
+}
+
+/// A charge as the ledger keeps it: a number for its id, its strings in the journal.
+struct StoredCharge {
+    id: u128,
+    status: ProviderStatus,
+    amount: i64,
+    currency: Text,
+    reference: Text,
+    failure_code: Option<&'static str>,
+    failure_message: Option<&'static str>,
+}
+
+impl Ledger {
+    fn charge_id(number: u128) -> String {
+        format!("ch_{}", uuid::Uuid::from_u128(number).simple())
+    }
+
+    /// The position of the charge with id `charge_id`.
+    fn charge_position(&self, charge_id: &str) -> Option<usize> {
+        let number = uuid::Uuid::try_parse(charge_id.strip_prefix("ch_")?)
+            .ok()?
+            .as_u128();
+        // Exactly the id it gave out, not another spelling of the same number.
+        (Self::charge_id(number) == charge_id).then_some(())?;
+        self.charges.find(|c| c.id == number)
+    }
+
+    fn charge_at(&self, position: usize) -> Charge {
+        let c = self.charges.at(position);
+        Charge {
+            id: Self::charge_id(c.id),
+            status: c.status,
+            amount: c.amount,
+            currency: self.charges.text(c.currency).to_owned(),
+            reference: self.charges.text(c.reference).to_owned(),
+            failure_code: c.failure_code.map(str::to_owned),
+            failure_message: c.failure_message.map(str::to_owned),
+        }
+    }
 }
 
 /// What a capture or cancel does to an authorized charge.
@@ -107,42 +146,39 @@ impl Simulator {
         let (method, capture) = ledger.pending_methods.remove(charge_id)?;
         let (status, failure_code, failure_message) = Self::decide_async(&method);
         let status = Self::held_unless_captured(status, capture);
-        let charge = ledger.charges.iter_mut().find(|c| c.id == charge_id)?;
+        let position = ledger.charge_position(charge_id)?;
+        let charge = ledger.charges.at_mut(position);
         charge.status = status;
-        charge.failure_code = failure_code.map(str::to_owned);
-        charge.failure_message = failure_message.map(str::to_owned);
-        Some(charge.clone())
+        charge.failure_code = failure_code;
+        charge.failure_message = failure_message;
+        Some(ledger.charge_at(position))
     }
 
     /// Charges once per idempotency key; the same key again returns the first result.
     pub fn charge(&self, idempotency_key: &str, request: &ChargeRequest) -> Charge {
         let mut ledger = self.ledger();
         ledger.charge_calls += 1;
-        if let Some(&index) = ledger.charge_by_key.get(idempotency_key) {
-            return ledger.charges[index].clone();
+        if let Some(position) = ledger.charges.position(idempotency_key) {
+            return ledger.charge_at(position);
         }
         let (status, failure_code, failure_message) = Self::decide(&request.payment_method);
-        let status = Self::held_unless_captured(status, request.capture);
-        let charge = Charge {
-            id: format!("ch_{}", uuid::Uuid::new_v4().simple()),
-            status,
+        let stored = StoredCharge {
+            id: uuid::Uuid::new_v4().as_u128(),
+            status: Self::held_unless_captured(status, request.capture),
             amount: request.amount,
-            currency: request.currency.clone(),
-            reference: request.reference.clone(),
-            failure_code: failure_code.map(str::to_owned),
-            failure_message: failure_message.map(str::to_owned),
+            currency: ledger.charges.keep(&request.currency),
+            reference: ledger.charges.keep(&request.reference),
+            failure_code,
+            failure_message,
         };
-        if status == ProviderStatus::Pending {
+        let position = ledger.charges.record(idempotency_key, stored);
+        let charge = ledger.charge_at(position);
+        if charge.status == ProviderStatus::Pending {
             ledger.pending_methods.insert(
                 charge.id.clone(),
                 (request.payment_method.clone(), request.capture),
             );
         }
-        let index = ledger.charges.len();
-        ledger.charges.push(charge.clone());
-        ledger
-            .charge_by_key
-            .insert(idempotency_key.to_owned(), index);
         charge
     }
 
@@ -169,10 +205,15 @@ impl Simulator {
             ChargeMove::Capture(_) => ledger.capture_calls += 1,
             ChargeMove::Cancel => ledger.cancel_calls += 1,
         }
-        if let Some(first) = ledger.update_by_key.get(idempotency_key) {
-            return first.clone();
+        if let Some(first) = ledger.updates.position(idempotency_key) {
+            return ledger.updates.at(first).clone();
         }
-        let answer = match ledger.charges.iter_mut().find(|c| c.id == charge_id) {
+        let position = ledger.charge_position(charge_id);
+        let reference = position.map(|at| {
+            let charge = ledger.charges.at(at);
+            ledger.charges.text(charge.reference).to_owned()
+        });
+        let answer = match position.map(|at| ledger.charges.at_mut(at)) {
             None => Err(format!("no such charge: {charge_id}")),
             Some(charge) if charge.status != ProviderStatus::RequiresCapture => Err(format!(
                 "charge {charge_id} is not capturable (status {:?})",
@@ -188,19 +229,19 @@ impl Simulator {
                 ChargeMove::Capture(amount) => {
                     charge.status = ProviderStatus::Succeeded;
                     Ok(ChargeUpdate {
-                        id: charge.id.clone(),
+                        id: charge_id.to_owned(),
                         status: ProviderStatus::Succeeded,
                         amount_captured: Some(amount),
-                        reference: charge.reference.clone(),
+                        reference: reference.unwrap_or_default(),
                     })
                 }
                 ChargeMove::Cancel => {
                     charge.status = ProviderStatus::Canceled;
                     Ok(ChargeUpdate {
-                        id: charge.id.clone(),
+                        id: charge_id.to_owned(),
                         status: ProviderStatus::Canceled,
                         amount_captured: None,
-                        reference: charge.reference.clone(),
+                        reference: reference.unwrap_or_default(),
                     })
                 }
             },
@@ -211,9 +252,7 @@ impl Simulator {
                 ChargeMove::Cancel => ledger.cancels.push(update.clone()),
             }
         }
-        ledger
-            .update_by_key
-            .insert(idempotency_key.to_owned(), answer.clone());
+        ledger.updates.record(idempotency_key, answer.clone());
         answer
     }
 
@@ -238,7 +277,10 @@ impl Simulator {
 
     /// Every charge made, in order (one per idempotency key).
     pub fn charges(&self) -> Vec<Charge> {
-        self.ledger().charges.clone()
+        let ledger = self.ledger();
+        (0..ledger.charges.len())
+            .map(|at| ledger.charge_at(at))
+            .collect()
     }
 
     /// How many charge calls arrived, replays included.
@@ -251,8 +293,8 @@ impl Simulator {
     pub fn refund(&self, idempotency_key: &str, request: &RefundRequest) -> ProviderRefund {
         let mut ledger = self.ledger();
         ledger.refund_calls += 1;
-        if let Some(&index) = ledger.refund_by_key.get(idempotency_key) {
-            return ledger.refunds[index].clone();
+        if let Some(first) = ledger.refunds.position(idempotency_key) {
+            return ledger.refunds.at(first).clone();
         }
         let refund = ProviderRefund {
             id: format!("pr_{}", uuid::Uuid::new_v4().simple()),
@@ -262,17 +304,13 @@ impl Simulator {
             reference: request.reference.clone(),
             failure_code: None,
         };
-        let index = ledger.refunds.len();
-        ledger.refunds.push(refund.clone());
-        ledger
-            .refund_by_key
-            .insert(idempotency_key.to_owned(), index);
+        ledger.refunds.record(idempotency_key, refund.clone());
         refund
     }
 
     /// Every refund made, in order (one per idempotency key).
     pub fn refunds(&self) -> Vec<ProviderRefund> {
-        self.ledger().refunds.clone()
+        self.ledger().refunds.values().cloned().collect()
     }
 
     /// How many refund calls arrived, replays included.
