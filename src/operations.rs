@@ -222,7 +222,10 @@ async fn claim_or_follow<O: Operation>(
     let resource = O::resource(&claim);
     // The database decides the winner: of all requests with this key, exactly one insert
     // succeeds, and only that request calls the provider.
-    let claimed = O::run_claim(state, claim.clone()).await;
+    // Boxed, like the other stages below: a request's future is as large as its largest
+    // stage for as long as it runs, and most of its life is spent waiting on the provider
+    // with small state; boxed, a stage takes its space only while it runs.
+    let claimed = Box::pin(O::run_claim(state, claim.clone())).await;
     match claimed {
         Ok(Claimed::Won(row, call)) => {
             metrics::idempotency(resource, IdempotencyOutcome::Created);
@@ -240,9 +243,7 @@ async fn claim_or_follow<O: Operation>(
     }
     let existing = {
         let claim = claim.clone();
-        state
-            .db
-            .run(move |conn| O::find_by_key(conn, &claim))
+        Box::pin(state.db.run(move |conn| O::find_by_key(conn, &claim)))
             .await?
             .ok_or_else(|| ApiError::internal("idempotency key conflict without a stored row"))?
     };
@@ -319,8 +320,11 @@ async fn drive_detached<O: Operation>(
     request: Option<RequestRef>,
 ) -> Result<Answer, ApiError> {
     let state = state.clone();
-    actix_web::rt::spawn(async move { drive::<O>(&state, row, token, call, request).await })
-        .await
+    // Spawned in a statement of its own: a future built in the statement that awaits keeps
+    // its space in the caller's future while the task runs.
+    let task =
+        actix_web::rt::spawn(async move { drive::<O>(&state, row, token, call, request).await });
+    task.await
         .map_err(|e| ApiError::internal(format!("operation task failed: {e}")))?
 }
 
@@ -337,7 +341,14 @@ async fn drive<O: Operation>(
     let inflight = state.inflight.drive(row.record_id());
     let answer = match O::call(state, &row, &call).await {
         Ok(Called::Final(outcome)) => {
-            match finish::<O>(state, row.clone(), outcome.clone(), request.clone()).await {
+            match Box::pin(finish::<O>(
+                state,
+                row.clone(),
+                outcome.clone(),
+                request.clone(),
+            ))
+            .await
+            {
                 Err(ApiError::ServiceUnavailable) => {
                     // The provider answered but the database is away: this request says
                     // 503, and the answer is kept to be stored as soon as the database is
@@ -357,11 +368,11 @@ async fn drive<O: Operation>(
         }
         Ok(Called::Pending(provider_ref)) => {
             tracing::info!(id = %row.record_id(), provider_ref, "{resource} pending at the provider");
-            release::<O>(state, row, token, provider_ref).await?
+            Box::pin(release::<O>(state, row, token, provider_ref)).await?
         }
         Err(unknown) => {
             tracing::warn!(id = %row.record_id(), error = %unknown, "{resource} outcome unknown");
-            release::<O>(state, row, token, None).await?
+            Box::pin(release::<O>(state, row, token, None)).await?
         }
     };
     inflight.settle(&answer);
