@@ -2,7 +2,7 @@
 //! per scenario, requests/s, p50, p99 and the non-2xx count.
 //!
 //!   cargo bench --bench loadgen -- --url URL[,URL…] --key KEY --scenario new|replay|storm
-//!       [--connections 64] [--seconds 10] [--storm 500] [--replay-keys 1000]
+//!       [--connections 64] [--seconds 10] [--storm 500] [--replay-keys 1000] [--threads 2]
 //!
 //! With several URLs (instances of one service on one database) the requests go round
 //! robin over them. `storm` sends `--storm` requests with one idempotency key, at most
@@ -12,7 +12,9 @@ use std::cell::Cell;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use futures_util::future::join_all;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures_util::future::{LocalBoxFuture, join_all};
 
 struct Args {
     urls: Vec<String>,
@@ -22,6 +24,7 @@ struct Args {
     seconds: u64,
     storm: usize,
     replay_keys: usize,
+    threads: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -33,6 +36,7 @@ fn parse_args() -> Result<Args, String> {
         seconds: 10,
         storm: 500,
         replay_keys: 1000,
+        threads: 2,
     };
     let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = it.next() {
@@ -45,8 +49,12 @@ fn parse_args() -> Result<Args, String> {
             "--seconds" => args.seconds = value()?.parse().map_err(|e| format!("{e}"))?,
             "--storm" => args.storm = value()?.parse().map_err(|e| format!("{e}"))?,
             "--replay-keys" => args.replay_keys = value()?.parse().map_err(|e| format!("{e}"))?,
+            "--threads" => args.threads = value()?.parse().map_err(|e| format!("{e}"))?,
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    if args.threads == 0 || args.connections == 0 {
+        return Err("--threads and --connections must be at least 1".into());
     }
     if args.key.is_empty() {
         return Err("--key is required".into());
@@ -86,10 +94,12 @@ impl Samples {
     fn report(&self, scenario: &str, elapsed: Duration) {
         let n = self.latencies.len();
         println!(
-            "RESULT scenario={scenario} requests={n} rps={:.0} p50_ms={:.2} p99_ms={:.2} non_2xx={}{} errors={}",
+            "RESULT scenario={scenario} requests={n} rps={:.0} p50_ms={:.2} p90_ms={:.2} p99_ms={:.2} max_ms={:.2} non_2xx={}{} errors={}",
             n as f64 / elapsed.as_secs_f64(),
             self.percentile(0.50),
+            self.percentile(0.90),
             self.percentile(0.99),
+            self.percentile(1.0),
             self.non_2xx,
             self.statuses
                 .iter()
@@ -142,43 +152,76 @@ async fn timed(
     }
 }
 
-/// `connections` loops, each sending its next key as soon as the previous answer arrived.
-async fn closed_loop(
-    args: &Args,
-    client: &awc::Client,
-    key_of: impl Fn(usize, u64) -> String,
-) -> (Samples, Duration) {
-    let deadline = Instant::now() + Duration::from_secs(args.seconds);
-    let started = Instant::now();
-    let workers = (0..args.connections).map(|worker| {
-        let key_of = &key_of;
-        async move {
-            let mut samples = Samples::default();
-            let mut i = 0u64;
-            while Instant::now() < deadline {
-                timed(client, args, &key_of(worker, i), &mut samples).await;
-                i += 1;
-            }
-            samples
-        }
-    });
-    let mut all = Samples::default();
-    for s in join_all(workers).await {
-        all.merge(s);
-    }
-    (all, started.elapsed())
-}
-
-async fn run(args: Args) -> Result<(), String> {
-    let client = awc::Client::builder()
+fn client(args: &Args) -> awc::Client {
+    awc::Client::builder()
         .timeout(Duration::from_secs(30))
         .connector(awc::Connector::new().limit(args.connections.max(args.storm) + 8))
-        .finish();
+        .finish()
+}
+
+/// Runs `part` on `--threads` threads, each with its own runtime and client, and returns
+/// what each gave back with the time they took together. Thread `t` drives connections
+/// `workers(t)`: one thread alone is the bottleneck at 1 000 connections on 2 cores, and
+/// its own queueing would be counted as the service's latency.
+fn on_threads<'a, T: Send>(
+    args: &'a Args,
+    part: impl Fn(awc::Client, std::ops::Range<usize>) -> LocalBoxFuture<'a, T> + Sync,
+) -> (Vec<T>, Duration) {
+    let started = Instant::now();
+    let results = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..args.threads)
+            .map(|t| {
+                let part = &part;
+                let (n, k) = (args.connections, args.threads);
+                let workers = n * t / k..n * (t + 1) / k;
+                scope.spawn(move || {
+                    actix_web::rt::System::new()
+                        .block_on(async move { part(client(args), workers).await })
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .filter_map(|thread| thread.join().ok())
+            .collect()
+    });
+    (results, started.elapsed())
+}
+
+/// `connections` loops, each sending its next key as soon as the previous answer arrived.
+fn closed_loop(args: &Args, key_of: &(dyn Fn(usize, u64) -> String + Sync)) -> (Samples, Duration) {
+    let deadline = Instant::now() + Duration::from_secs(args.seconds);
+    let (parts, elapsed) = on_threads(args, |client, workers| {
+        Box::pin(async move {
+            let client = &client;
+            let loops = workers.map(|worker| async move {
+                let mut samples = Samples::default();
+                let mut i = 0u64;
+                while Instant::now() < deadline {
+                    timed(client, args, &key_of(worker, i), &mut samples).await;
+                    i += 1;
+                }
+                samples
+            });
+            let mut all = Samples::default();
+            for s in join_all(loops).await {
+                all.merge(s);
+            }
+            all
+        })
+    });
+    let mut all = Samples::default();
+    for s in parts {
+        all.merge(s);
+    }
+    (all, elapsed)
+}
+
+fn run(args: Args) -> Result<(), String> {
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     match args.scenario.as_str() {
         "new" => {
-            let (samples, elapsed) =
-                closed_loop(&args, &client, |w, i| format!("bench-{run_id}-{w}-{i}")).await;
+            let (samples, elapsed) = closed_loop(&args, &|w, i| format!("bench-{run_id}-{w}-{i}"));
             samples.report("new", elapsed);
         }
         "replay" => {
@@ -186,36 +229,42 @@ async fn run(args: Args) -> Result<(), String> {
             let keys: Vec<String> = (0..args.replay_keys)
                 .map(|i| format!("replay-{run_id}-{i}"))
                 .collect();
-            for chunk in keys.chunks(args.connections) {
-                join_all(chunk.iter().map(|k| post(&client, &args, k))).await;
-            }
-            let (samples, elapsed) = closed_loop(&args, &client, |w, i| {
+            actix_web::rt::System::new().block_on(async {
+                let client = client(&args);
+                for chunk in keys.chunks(args.connections) {
+                    join_all(chunk.iter().map(|k| post(&client, &args, k))).await;
+                }
+            });
+            let (samples, elapsed) = closed_loop(&args, &|w, i| {
                 keys[(w * 7919 + i as usize * 31) % keys.len()].clone()
-            })
-            .await;
+            });
             samples.report("replay", elapsed);
         }
         "storm" => {
             let key = format!("storm-{run_id}");
-            let started = Instant::now();
-            let sent = Cell::new(0);
-            let workers = (0..args.connections.min(args.storm)).map(|_| async {
-                let mut samples = Samples::default();
-                let mut bodies = Vec::new();
-                while sent.get() < args.storm {
-                    sent.set(sent.get() + 1);
-                    if let Some(body) = timed(&client, &args, &key, &mut samples).await {
-                        bodies.push(body);
-                    }
-                }
-                (samples, bodies)
+            let sent = AtomicUsize::new(0);
+            let (key, sent) = (&key, &sent);
+            let args = &args;
+            let (parts, elapsed) = on_threads(args, |client, workers| {
+                Box::pin(async move {
+                    let client = &client;
+                    let loops = workers.take(args.storm).map(|_| async move {
+                        let mut samples = Samples::default();
+                        let mut bodies = Vec::new();
+                        while sent.fetch_add(1, Ordering::Relaxed) < args.storm {
+                            if let Some(body) = timed(client, args, key, &mut samples).await {
+                                bodies.push(body);
+                            }
+                        }
+                        (samples, bodies)
+                    });
+                    join_all(loops).await
+                })
             });
-            let results = join_all(workers).await;
-            let elapsed = started.elapsed();
             let mut all = Samples::default();
             let mut bodies = HashSet::new();
             let mut charge_ids = HashSet::new();
-            for (samples, answers) in results {
+            for (samples, answers) in parts.into_iter().flatten() {
                 all.merge(samples);
                 for body in answers {
                     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
@@ -246,7 +295,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(e) = actix_web::rt::System::new().block_on(run(args)) {
+    if let Err(e) = run(args) {
         eprintln!("loadgen: {e}");
         std::process::exit(1);
     }

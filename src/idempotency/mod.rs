@@ -309,9 +309,9 @@ pub async fn wait_for_outcome(
 pub const RETRY_AFTER_SECS: u64 = 1;
 /// Polling bounds for the duplicate whose first request runs in another instance. Only
 /// one request per key and instance polls (the others wait on it, see [`lead_or_join`]),
-/// so the interval can stay short: the answer is seen at most 50 ms after it is stored.
+/// so the interval can stay short: the answer is seen at most 25 ms after it is stored.
 const POLL_FIRST: Duration = Duration::from_millis(10);
-const POLL_MAX: Duration = Duration::from_millis(50);
+const POLL_MAX: Duration = Duration::from_millis(25);
 
 /// A row that is its own idempotency record: a stored final answer once finished, and a
 /// lease naming the request that works on it until then.
