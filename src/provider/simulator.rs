@@ -61,6 +61,38 @@ impl Ledger {
         self.charges.find(|c| c.id == number)
     }
 
+    /// Captures or cancels the authorized charge `charge_id`, or says why not.
+    fn move_charge(&mut self, charge_id: &str, change: ChargeMove) -> Result<ChargeUpdate, String> {
+        let position = self
+            .charge_position(charge_id)
+            .ok_or_else(|| format!("no such charge: {charge_id}"))?;
+        let charge = self.charges.at(position);
+        if charge.status != ProviderStatus::RequiresCapture {
+            return Err(format!(
+                "charge {charge_id} is not capturable (status {:?})",
+                charge.status
+            ));
+        }
+        let (status, amount_captured) = match change {
+            ChargeMove::Capture(amount) if amount < 1 || amount > charge.amount => {
+                return Err(format!(
+                    "cannot capture {amount} of an authorization of {}",
+                    charge.amount
+                ));
+            }
+            ChargeMove::Capture(amount) => (ProviderStatus::Succeeded, Some(amount)),
+            ChargeMove::Cancel => (ProviderStatus::Canceled, None),
+        };
+        let reference = self.charges.text(charge.reference).to_owned();
+        self.charges.at_mut(position).status = status;
+        Ok(ChargeUpdate {
+            id: charge_id.to_owned(),
+            status,
+            amount_captured,
+            reference,
+        })
+    }
+
     fn charge_at(&self, position: usize) -> Charge {
         let c = self.charges.at(position);
         Charge {
@@ -208,44 +240,7 @@ impl Simulator {
         if let Some(first) = ledger.updates.position(idempotency_key) {
             return ledger.updates.at(first).clone();
         }
-        let position = ledger.charge_position(charge_id);
-        let reference = position.map(|at| {
-            let charge = ledger.charges.at(at);
-            ledger.charges.text(charge.reference).to_owned()
-        });
-        let answer = match position.map(|at| ledger.charges.at_mut(at)) {
-            None => Err(format!("no such charge: {charge_id}")),
-            Some(charge) if charge.status != ProviderStatus::RequiresCapture => Err(format!(
-                "charge {charge_id} is not capturable (status {:?})",
-                charge.status
-            )),
-            Some(charge) => match change {
-                ChargeMove::Capture(amount) if amount < 1 || amount > charge.amount => {
-                    Err(format!(
-                        "cannot capture {amount} of an authorization of {}",
-                        charge.amount
-                    ))
-                }
-                ChargeMove::Capture(amount) => {
-                    charge.status = ProviderStatus::Succeeded;
-                    Ok(ChargeUpdate {
-                        id: charge_id.to_owned(),
-                        status: ProviderStatus::Succeeded,
-                        amount_captured: Some(amount),
-                        reference: reference.unwrap_or_default(),
-                    })
-                }
-                ChargeMove::Cancel => {
-                    charge.status = ProviderStatus::Canceled;
-                    Ok(ChargeUpdate {
-                        id: charge_id.to_owned(),
-                        status: ProviderStatus::Canceled,
-                        amount_captured: None,
-                        reference: reference.unwrap_or_default(),
-                    })
-                }
-            },
-        };
+        let answer = ledger.move_charge(charge_id, change);
         if let Ok(update) = &answer {
             match change {
                 ChargeMove::Capture(_) => ledger.captures.push(update.clone()),
