@@ -4,20 +4,28 @@
 //!   cargo bench --bench loadgen -- --url URL[,URL…] --key KEY --scenario new|replay|storm
 //!       [--connections 64] [--seconds 10] [--storm 500] [--replay-keys 1000] [--threads 2]
 //!
-//! With several URLs (instances of one service on one database) the requests go round
-//! robin over them. `storm` sends `--storm` requests with one idempotency key, at most
+//! With several URLs (instances of one service on one database) the connections are spread
+//! round robin over them. `storm` sends `--storm` requests with one idempotency key, at most
 //! `--connections` at a time.
+//!
+//! Each connection is a keep-alive HTTP/1.1 connection of its own, driven by its own task,
+//! and speaks only what these requests need (a POST with a fixed body; answers with a
+//! Content-Length), as wrk does: the load generator shares the machine's cores with the
+//! service, and a general-purpose client spent as much CPU per request as the service did.
 
-use std::cell::Cell;
 use std::collections::HashSet;
+use std::io;
 use std::time::{Duration, Instant};
+
+use actix_web::rt::net::TcpStream;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::future::{LocalBoxFuture, join_all};
 
 struct Args {
-    urls: Vec<String>,
+    /// `host:port` of each instance
+    addrs: Vec<&'static str>,
     key: String,
     scenario: String,
     connections: usize,
@@ -29,7 +37,7 @@ struct Args {
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
-        urls: vec!["http://127.0.0.1:8080".into()],
+        addrs: vec!["127.0.0.1:8080"],
         key: String::new(),
         scenario: "new".into(),
         connections: 64,
@@ -42,7 +50,17 @@ fn parse_args() -> Result<Args, String> {
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
-            "--url" => args.urls = value()?.split(',').map(str::to_owned).collect(),
+            "--url" => {
+                args.addrs = value()?
+                    .split(',')
+                    .map(|url| {
+                        let addr = url.strip_prefix("http://").ok_or(format!(
+                            "{url}: only http:// URLs (the load generator speaks plain HTTP/1.1)"
+                        ))?;
+                        Ok(&*addr.trim_end_matches('/').to_owned().leak())
+                    })
+                    .collect::<Result<_, String>>()?
+            }
             "--key" => args.key = value()?,
             "--scenario" => args.scenario = value()?,
             "--connections" => args.connections = value()?.parse().map_err(|e| format!("{e}"))?,
@@ -112,31 +130,118 @@ impl Samples {
 
 const BODY: &str = r#"{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}"#;
 
-async fn post(client: &awc::Client, args: &Args, key: &str) -> Result<(u16, Vec<u8>), String> {
-    // Round robin over the instances.
-    thread_local!(static NEXT: Cell<usize> = const { Cell::new(0) });
-    let n = NEXT.with(|next| next.replace(next.get() + 1));
-    let url = &args.urls[n % args.urls.len()];
-    let mut response = client
-        .post(format!("{url}/v1/payments"))
-        .insert_header(("Authorization", format!("Bearer {}", args.key)))
-        .insert_header(("Content-Type", "application/json"))
-        .insert_header(("Idempotency-Key", key))
-        .send_body(BODY)
-        .await
-        .map_err(|e| e.to_string())?;
-    let body = response.body().await.map_err(|e| e.to_string())?;
-    Ok((response.status().as_u16(), body.to_vec()))
+/// One keep-alive connection to one instance; reconnects after an error.
+struct Connection {
+    /// `host:port`
+    addr: &'static str,
+    stream: Option<TcpStream>,
+    request: Vec<u8>,
+    read: Vec<u8>,
+}
+
+impl Connection {
+    /// Connection `n` goes to instance `n` modulo their number.
+    fn new(args: &'static Args, n: usize) -> Self {
+        Self {
+            addr: args.addrs[n % args.addrs.len()],
+            stream: None,
+            request: Vec::with_capacity(512),
+            read: Vec::with_capacity(4096),
+        }
+    }
+
+    /// POSTs a payment with `key` and reads the answer: its status and body.
+    async fn post(&mut self, args: &Args, key: &str) -> io::Result<(u16, Vec<u8>)> {
+        use std::io::Write;
+        self.request.clear();
+        write!(
+            self.request,
+            "POST /v1/payments HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nIdempotency-Key: {key}\r\n\
+             Content-Length: {}\r\n\r\n{BODY}",
+            self.addr,
+            args.key,
+            BODY.len()
+        )?;
+        let exchange = async {
+            if self.stream.is_none() {
+                self.stream = Some(TcpStream::connect(self.addr).await?);
+                self.read.clear();
+            }
+            let stream = self.stream.as_ref().ok_or(io::ErrorKind::NotConnected)?;
+            write_all(stream, &self.request).await?;
+            read_answer(stream, &mut self.read).await
+        };
+        let answer = match actix_web::rt::time::timeout(Duration::from_secs(30), exchange).await {
+            Ok(answer) => answer,
+            Err(_) => Err(io::ErrorKind::TimedOut.into()),
+        };
+        if answer.is_err() {
+            self.stream = None;
+        }
+        answer
+    }
+}
+
+async fn write_all(stream: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        stream.writable().await?;
+        match stream.try_write(bytes) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads one answer from `stream` into `buf` (which may already hold the start of it) and
+/// takes it out of `buf`.
+async fn read_answer(stream: &TcpStream, buf: &mut Vec<u8>) -> io::Result<(u16, Vec<u8>)> {
+    let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
+    loop {
+        if let Some(head) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let text = std::str::from_utf8(&buf[..head]).map_err(|_| invalid("head"))?;
+            let mut lines = text.split("\r\n");
+            let status = lines
+                .next()
+                .and_then(|line| line.split(' ').nth(1))
+                .and_then(|code| code.parse().ok())
+                .ok_or_else(|| invalid("status line"))?;
+            let length: usize = lines
+                .filter_map(|line| line.split_once(':'))
+                .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, value)| value.trim().parse().ok())
+                .ok_or_else(|| invalid("an answer without Content-Length"))?;
+            let end = head + 4 + length;
+            if buf.len() >= end {
+                let body = buf[head + 4..end].to_vec();
+                buf.drain(..end);
+                return Ok((status, body));
+            }
+        }
+        stream.readable().await?;
+        let start = buf.len();
+        buf.resize(start + 8192, 0);
+        let read = stream.try_read(&mut buf[start..]);
+        buf.truncate(start + *read.as_ref().unwrap_or(&0));
+        match read {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 async fn timed(
-    client: &awc::Client,
+    connection: &mut Connection,
     args: &Args,
     key: &str,
     samples: &mut Samples,
 ) -> Option<Vec<u8>> {
     let started = Instant::now();
-    match post(client, args, key).await {
+    match connection.post(args, key).await {
         Ok((status, body)) => {
             samples.latencies.push(started.elapsed());
             if !(200..300).contains(&status) {
@@ -152,62 +257,62 @@ async fn timed(
     }
 }
 
-fn client(args: &Args) -> awc::Client {
-    awc::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .connector(awc::Connector::new().limit(args.connections.max(args.storm) + 8))
-        .finish()
-}
-
-/// Runs `part` on `--threads` threads, each with its own runtime and client, and returns
-/// what each gave back with the time they took together. Thread `t` drives connections
-/// `workers(t)`: one thread alone is the bottleneck at 1 000 connections on 2 cores, and
-/// its own queueing would be counted as the service's latency.
-fn on_threads<'a, T: Send>(
-    args: &'a Args,
-    part: impl Fn(awc::Client, std::ops::Range<usize>) -> LocalBoxFuture<'a, T> + Sync,
+/// Runs `connection(n)` for every connection `n` in `0..--connections`, each as its own
+/// task, spread over `--threads` threads with a runtime each, and returns what each
+/// connection gave back with the time they took together.
+///
+/// One task per connection, as the service has one per connection: a single task joining
+/// all of a thread's connections shares one scheduling budget among them, and under load
+/// the connections it polls last were left waiting for hundreds of milliseconds with their
+/// answers already sent (the load generator's queueing, counted as the service's latency).
+/// One thread alone is also a bottleneck at 1 000 connections on 2 cores.
+fn on_threads<T: Send + 'static>(
+    args: &'static Args,
+    connection: impl Fn(usize) -> LocalBoxFuture<'static, T> + Sync,
 ) -> (Vec<T>, Duration) {
     let started = Instant::now();
     let results = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..args.threads)
             .map(|t| {
-                let part = &part;
+                let connection = &connection;
                 let (n, k) = (args.connections, args.threads);
                 let workers = n * t / k..n * (t + 1) / k;
                 scope.spawn(move || {
-                    actix_web::rt::System::new()
-                        .block_on(async move { part(client(args), workers).await })
+                    actix_web::rt::System::new().block_on(async move {
+                        let tasks: Vec<_> = workers
+                            .map(|n| actix_web::rt::spawn(connection(n)))
+                            .collect();
+                        join_all(tasks).await
+                    })
                 })
             })
             .collect();
+        // A connection's task that panicked would silently drop its samples: fail instead.
         threads
             .into_iter()
-            .filter_map(|thread| thread.join().ok())
+            .flat_map(|thread| thread.join().expect("a load-generating thread panicked"))
+            .map(|task| task.expect("a connection's task panicked"))
             .collect()
     });
     (results, started.elapsed())
 }
 
 /// `connections` loops, each sending its next key as soon as the previous answer arrived.
-fn closed_loop(args: &Args, key_of: &(dyn Fn(usize, u64) -> String + Sync)) -> (Samples, Duration) {
+fn closed_loop(
+    args: &'static Args,
+    key_of: &'static (dyn Fn(usize, u64) -> String + Sync),
+) -> (Samples, Duration) {
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
-    let (parts, elapsed) = on_threads(args, |client, workers| {
+    let (parts, elapsed) = on_threads(args, |worker| {
         Box::pin(async move {
-            let client = &client;
-            let loops = workers.map(|worker| async move {
-                let mut samples = Samples::default();
-                let mut i = 0u64;
-                while Instant::now() < deadline {
-                    timed(client, args, &key_of(worker, i), &mut samples).await;
-                    i += 1;
-                }
-                samples
-            });
-            let mut all = Samples::default();
-            for s in join_all(loops).await {
-                all.merge(s);
+            let mut connection = Connection::new(args, worker);
+            let mut samples = Samples::default();
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                timed(&mut connection, args, &key_of(worker, i), &mut samples).await;
+                i += 1;
             }
-            all
+            samples
         })
     });
     let mut all = Samples::default();
@@ -217,54 +322,57 @@ fn closed_loop(args: &Args, key_of: &(dyn Fn(usize, u64) -> String + Sync)) -> (
     (all, elapsed)
 }
 
-fn run(args: Args) -> Result<(), String> {
+/// `args` and what the scenarios share are leaked: the process runs one scenario and
+/// exits, and every connection's task may then borrow them.
+fn run(args: &'static Args) -> Result<(), String> {
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     match args.scenario.as_str() {
         "new" => {
-            let (samples, elapsed) = closed_loop(&args, &|w, i| format!("bench-{run_id}-{w}-{i}"));
+            let key_of = Box::leak(Box::new(move |w, i| format!("bench-{run_id}-{w}-{i}")));
+            let (samples, elapsed) = closed_loop(args, key_of);
             samples.report("new", elapsed);
         }
         "replay" => {
             // Finish a fixed set of payments first, then retry them over and over.
-            let keys: Vec<String> = (0..args.replay_keys)
+            let keys: &'static [String] = (0..args.replay_keys)
                 .map(|i| format!("replay-{run_id}-{i}"))
-                .collect();
-            actix_web::rt::System::new().block_on(async {
-                let client = client(&args);
-                for chunk in keys.chunks(args.connections) {
-                    join_all(chunk.iter().map(|k| post(&client, &args, k))).await;
-                }
+                .collect::<Vec<_>>()
+                .leak();
+            // Connection `n` stores the keys `n`, `n + connections`, …
+            on_threads(args, |n| {
+                Box::pin(async move {
+                    let mut connection = Connection::new(args, n);
+                    for key in keys.iter().skip(n).step_by(args.connections) {
+                        let _ = connection.post(args, key).await;
+                    }
+                })
             });
-            let (samples, elapsed) = closed_loop(&args, &|w, i| {
+            let key_of = Box::leak(Box::new(|w: usize, i: u64| {
                 keys[(w * 7919 + i as usize * 31) % keys.len()].clone()
-            });
+            }));
+            let (samples, elapsed) = closed_loop(args, key_of);
             samples.report("replay", elapsed);
         }
         "storm" => {
-            let key = format!("storm-{run_id}");
-            let sent = AtomicUsize::new(0);
-            let (key, sent) = (&key, &sent);
-            let args = &args;
-            let (parts, elapsed) = on_threads(args, |client, workers| {
+            let key: &'static str = format!("storm-{run_id}").leak();
+            let sent: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+            let (parts, elapsed) = on_threads(args, |n| {
                 Box::pin(async move {
-                    let client = &client;
-                    let loops = workers.take(args.storm).map(|_| async move {
-                        let mut samples = Samples::default();
-                        let mut bodies = Vec::new();
-                        while sent.fetch_add(1, Ordering::Relaxed) < args.storm {
-                            if let Some(body) = timed(client, args, key, &mut samples).await {
-                                bodies.push(body);
-                            }
+                    let mut connection = Connection::new(args, n);
+                    let mut samples = Samples::default();
+                    let mut bodies = Vec::new();
+                    while sent.fetch_add(1, Ordering::Relaxed) < args.storm {
+                        if let Some(body) = timed(&mut connection, args, key, &mut samples).await {
+                            bodies.push(body);
                         }
-                        (samples, bodies)
-                    });
-                    join_all(loops).await
+                    }
+                    (samples, bodies)
                 })
             });
             let mut all = Samples::default();
             let mut bodies = HashSet::new();
             let mut charge_ids = HashSet::new();
-            for (samples, answers) in parts.into_iter().flatten() {
+            for (samples, answers) in parts {
                 all.merge(samples);
                 for body in answers {
                     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
@@ -295,7 +403,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(e) = run(args) {
+    if let Err(e) = run(Box::leak(Box::new(args))) {
         eprintln!("loadgen: {e}");
         std::process::exit(1);
     }
