@@ -83,7 +83,6 @@ fn parse_args() -> Result<Args, String> {
 #[derive(Default)]
 struct Samples {
     latencies: Vec<Duration>,
-    non_2xx: usize,
     /// Each non-2xx status with its count, to tell a 409 from a 503.
     statuses: std::collections::BTreeMap<u16, usize>,
     errors: usize,
@@ -92,33 +91,28 @@ struct Samples {
 impl Samples {
     fn merge(&mut self, other: Samples) {
         self.latencies.extend(other.latencies);
-        self.non_2xx += other.non_2xx;
         for (status, n) in other.statuses {
             *self.statuses.entry(status).or_default() += n;
         }
         self.errors += other.errors;
     }
 
-    fn percentile(&self, p: f64) -> f64 {
-        if self.latencies.is_empty() {
-            return 0.0;
-        }
+    fn report(&self, scenario: &str, elapsed: Duration) {
         let mut sorted = self.latencies.clone();
         sorted.sort();
-        let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-        sorted[index].as_secs_f64() * 1000.0
-    }
-
-    fn report(&self, scenario: &str, elapsed: Duration) {
-        let n = self.latencies.len();
+        let percentile = |p: f64| match sorted.len() {
+            0 => 0.0,
+            n => sorted[((n as f64 * p).ceil() as usize).clamp(1, n) - 1].as_secs_f64() * 1000.0,
+        };
+        let n = sorted.len();
         println!(
             "RESULT scenario={scenario} requests={n} rps={:.0} p50_ms={:.2} p90_ms={:.2} p99_ms={:.2} max_ms={:.2} non_2xx={}{} errors={}",
             n as f64 / elapsed.as_secs_f64(),
-            self.percentile(0.50),
-            self.percentile(0.90),
-            self.percentile(0.99),
-            self.percentile(1.0),
-            self.non_2xx,
+            percentile(0.50),
+            percentile(0.90),
+            percentile(0.99),
+            percentile(1.0),
+            self.statuses.values().sum::<usize>(),
             self.statuses
                 .iter()
                 .map(|(status, n)| format!(" status_{status}={n}"))
@@ -172,14 +166,22 @@ impl Connection {
             write_all(stream, &self.request).await?;
             read_answer(stream, &mut self.read).await
         };
-        let answer = match actix_web::rt::time::timeout(Duration::from_secs(30), exchange).await {
-            Ok(answer) => answer,
-            Err(_) => Err(io::ErrorKind::TimedOut.into()),
-        };
-        if answer.is_err() {
-            self.stream = None;
+        match actix_web::rt::time::timeout(Duration::from_secs(30), exchange).await {
+            Ok(Ok((status, body, close))) => {
+                if close {
+                    self.stream = None;
+                }
+                Ok((status, body))
+            }
+            Ok(Err(e)) => {
+                self.stream = None;
+                Err(e)
+            }
+            Err(_) => {
+                self.stream = None;
+                Err(io::ErrorKind::TimedOut.into())
+            }
         }
-        answer
     }
 }
 
@@ -196,28 +198,35 @@ async fn write_all(stream: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
 }
 
 /// Reads one answer from `stream` into `buf` (which may already hold the start of it) and
-/// takes it out of `buf`.
-async fn read_answer(stream: &TcpStream, buf: &mut Vec<u8>) -> io::Result<(u16, Vec<u8>)> {
+/// takes it out of `buf`: its status, its body, and whether the server closes the
+/// connection after it (`Connection: close`, as it may after an error answer).
+async fn read_answer(stream: &TcpStream, buf: &mut Vec<u8>) -> io::Result<(u16, Vec<u8>, bool)> {
     let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
     loop {
         if let Some(head) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             let text = std::str::from_utf8(&buf[..head]).map_err(|_| invalid("head"))?;
-            let mut lines = text.split("\r\n");
-            let status = lines
-                .next()
-                .and_then(|line| line.split(' ').nth(1))
+            let (status_line, headers) = text.split_once("\r\n").unwrap_or((text, ""));
+            let header = |wanted: &str| {
+                headers
+                    .split("\r\n")
+                    .filter_map(|line| line.split_once(':'))
+                    .find(|(name, _)| name.eq_ignore_ascii_case(wanted))
+                    .map(|(_, value)| value.trim())
+            };
+            let status = status_line
+                .split(' ')
+                .nth(1)
                 .and_then(|code| code.parse().ok())
                 .ok_or_else(|| invalid("status line"))?;
-            let length: usize = lines
-                .filter_map(|line| line.split_once(':'))
-                .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
-                .and_then(|(_, value)| value.trim().parse().ok())
+            let length: usize = header("content-length")
+                .and_then(|value| value.parse().ok())
                 .ok_or_else(|| invalid("an answer without Content-Length"))?;
+            let close = header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
             let end = head + 4 + length;
             if buf.len() >= end {
                 let body = buf[head + 4..end].to_vec();
                 buf.drain(..end);
-                return Ok((status, body));
+                return Ok((status, body, close));
             }
         }
         stream.readable().await?;
@@ -245,7 +254,6 @@ async fn timed(
         Ok((status, body)) => {
             samples.latencies.push(started.elapsed());
             if !(200..300).contains(&status) {
-                samples.non_2xx += 1;
                 *samples.statuses.entry(status).or_default() += 1;
             }
             Some(body)
