@@ -374,7 +374,7 @@ mod tests {
 
     /// The PostgreSQL of the tests (`TEST_DATABASE_URL`, else the local one), or `None` and
     /// a note when there is none and none was asked for.
-    fn test_postgres() -> Option<String> {
+    pub(super) fn test_postgres() -> Option<String> {
         let asked = std::env::var("TEST_DATABASE_URL")
             .ok()
             .filter(|u| !u.is_empty());
@@ -394,13 +394,13 @@ mod tests {
     }
 
     /// A schema of the test's own, dropped at the end.
-    struct Schema {
+    pub(super) struct Schema {
         base_url: String,
         name: String,
     }
 
     impl Schema {
-        fn create(base_url: &str) -> (Self, String) {
+        pub(super) fn create(base_url: &str) -> (Self, String) {
             let name = format!("test_db_{}", uuid::Uuid::new_v4().simple());
             let mut admin = PgConnection::establish(base_url).unwrap();
             admin
