@@ -36,6 +36,9 @@ pub struct Faults {
     pub down: AtomicBool,
     /// Charge calls that arrived over HTTP, whatever became of them.
     pub http_calls: AtomicU64,
+    /// Money-moving calls being answered now, and the most there were at once.
+    pub in_flight: AtomicU64,
+    pub most_in_flight: AtomicU64,
 }
 
 impl Faults {
@@ -60,6 +63,21 @@ impl Faults {
 
     fn should_drop(&self) -> bool {
         Self::take(&self.drop_next) || Self::roll(&self.drop_rate_ppm)
+    }
+
+    /// Counts a call in [`Faults::in_flight`] until the guard is dropped.
+    fn answering(&self) -> Answering<'_> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        Answering(self)
+    }
+}
+
+struct Answering<'a>(&'a Faults);
+
+impl Drop for Answering<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -99,6 +117,7 @@ where
 {
     use actix_web::http::StatusCode;
     state.faults.http_calls.fetch_add(1, Ordering::SeqCst);
+    let _answering = state.faults.answering();
     if state.faults.down.load(Ordering::SeqCst) {
         return error(StatusCode::SERVICE_UNAVAILABLE, "simulated outage");
     }

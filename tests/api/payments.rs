@@ -1,6 +1,9 @@
+use std::sync::atomic::Ordering;
+
+use futures_util::future::join_all;
 use serde_json::json;
 
-use crate::helpers::{spawn_app, visa};
+use crate::helpers::{spawn_app, spawn_app_with_provider, spawn_provider, visa};
 
 #[actix_web::test]
 async fn a_payment_with_a_good_card_succeeds_and_is_charged_once() {
@@ -189,4 +192,34 @@ async fn every_response_carries_a_request_id() {
     let missing = app.request("GET", "/no/such/route", &[], Vec::new()).await;
     missing.assert_problem(404, "not_found");
     assert!(missing.header("x-request-id").is_some());
+}
+
+/// A slow provider over HTTP is asked for every payment in flight at once: no limit on the
+/// service's connections to it queues payments behind the ones it is answering (there was
+/// one: 256 per worker, so 2 workers asked at most 512 at a time).
+#[actix_web::test]
+async fn a_slow_provider_over_http_is_called_for_every_payment_in_flight_at_once() {
+    const PAYMENTS: usize = 600;
+    let provider = spawn_provider().await;
+    // Long enough that every payment has claimed its row and called before the first answer.
+    provider.faults.latency_ms.store(4_000, Ordering::SeqCst);
+    let app = spawn_app_with_provider(&provider, |_| {}).await;
+    let requests: Vec<_> = (0..PAYMENTS)
+        .map(|i| (format!("slow-{i}"), visa(100 + i as i64)))
+        .collect();
+    let answers = join_all(
+        requests
+            .iter()
+            .map(|(key, body)| app.post_payment(key, body)),
+    )
+    .await;
+    for answer in &answers {
+        assert_eq!(answer.status, 201, "{}", answer.text());
+    }
+    assert_eq!(
+        provider.faults.most_in_flight.load(Ordering::SeqCst),
+        PAYMENTS as u64,
+        "charge calls the provider was answering at once"
+    );
+    assert_eq!(app.charges(), PAYMENTS, "one charge per payment");
 }
