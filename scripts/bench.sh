@@ -93,11 +93,17 @@ STORM=$(loadgen --url "http://127.0.0.1:$PORT" --scenario storm --storm 500 --co
 STORM_CHARGES=$(( $(charges_at "$PORT") - CHARGES_BEFORE ))
 stop_services
 
+# Each scenario starts with the WAL of the ones before it flushed, so that PostgreSQL's
+# checkpoint of their writes does not land inside its measurement.
+flush_wal() { "${PSQL[@]}" -d "$DB" -c "CHECKPOINT"; }
+
+flush_wal
 echo "== slow provider: 200 ms, 1 000 connections"
 start_service "$PORT" 200
 SLOW=$(loadgen --url "http://127.0.0.1:$PORT" --scenario new --connections 1000 --seconds "$SECONDS_PER_RUN"); echo "$SLOW"
 stop_services
 
+flush_wal
 echo "== storm: 10 000 identical requests over 3 instances (provider at 200 ms), 1 000 at a time"
 for i in 0 1 2; do start_service $((PORT + i)) 200; done
 CHARGES_BEFORE=0; for i in 0 1 2; do CHARGES_BEFORE=$((CHARGES_BEFORE + $(charges_at $((PORT + i))))); done
@@ -111,8 +117,7 @@ echo "== preload: 1 000 000 payments"
 "${PSQL[@]}" -d "$DB" -c "INSERT INTO payments (id, merchant_id, idempotency_key, request_fingerprint, amount, currency, payment_method, metadata, status, amount_refunded, response_status, response_body, provider_attempts, created_at, updated_at)
   SELECT 'pay_' || md5(n::text), 'mer_bench', 'preload-' || n, 'fp', 2000, 'usd', 'pm_card_visa', '{}', 'succeeded', 0, 201, repeat('x', 400), 1, now(), now() FROM generate_series(1, 1000000) n"
 "${PSQL[@]}" -d "$DB" -c "VACUUM ANALYZE payments"
-# Flush the bulk load now, so its checkpoint does not land inside the measurement.
-"${PSQL[@]}" -d "$DB" -c "CHECKPOINT"
+flush_wal
 start_service "$PORT" 0
 NEW_1M=$(loadgen --url "http://127.0.0.1:$PORT" --scenario new --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN")
 stop_services
