@@ -217,7 +217,7 @@ pub fn find_by_idempotency_key(
     key: &str,
 ) -> QueryResult<Option<OperationRow>> {
     payment_operations::table
-        .filter(payment_operations::merchant_id.eq(merchant_id))
+        .filter(payment_operations::merchant_id.eq(super::unplanned(merchant_id)))
         .filter(payment_operations::kind.eq(kind))
         .filter(payment_operations::idempotency_key.eq(key))
         .select(OperationRow::as_select())

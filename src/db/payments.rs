@@ -130,7 +130,7 @@ pub fn find_by_idempotency_key(
     key: &str,
 ) -> QueryResult<Option<PaymentRow>> {
     payments::table
-        .filter(payments::merchant_id.eq(merchant_id))
+        .filter(payments::merchant_id.eq(super::unplanned(merchant_id)))
         .filter(payments::idempotency_key.eq(key))
         .select(PaymentRow::as_select())
         .first(conn)
@@ -232,4 +232,77 @@ pub fn count_for_merchant(conn: &mut DbConnection, merchant_id: &str) -> QueryRe
         .filter(payments::merchant_id.eq(merchant_id))
         .count()
         .get_result(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::connection::SimpleConnection;
+    use diesel::prelude::*;
+    use diesel::sql_types::BigInt;
+
+    use super::super::tests::{Schema, test_postgres};
+    use super::super::{DbConnection, run_migrations};
+
+    #[derive(QueryableByName)]
+    struct Read {
+        #[diesel(sql_type = BigInt)]
+        rows: i64,
+    }
+
+    /// A retry finds its payment through the unique (merchant, key) index even when the
+    /// merchant is one the planner's statistics have not seen: one row read, not a walk
+    /// through that merchant's payments.
+    #[test]
+    fn a_key_lookup_reads_one_row_for_a_merchant_new_to_the_statistics() {
+        let Some(base_url) = test_postgres() else {
+            return;
+        };
+        let (_schema, url) = Schema::create(&base_url);
+        let mut conn = DbConnection::Postgres(PgConnection::establish(&url).unwrap());
+        run_migrations(&mut conn).unwrap();
+        // Ids and keys as long as real ones: which index looks cheaper depends on their size.
+        let (old, new) = (format!("mer_{:032x}", 1), format!("mer_{:032x}", 2));
+        let payments_of = |merchant: &str, count: u32| {
+            format!(
+                "INSERT INTO payments (id, merchant_id, idempotency_key, request_fingerprint, \
+                 amount, currency, payment_method, metadata, status, created_at, updated_at) \
+                 SELECT 'pay_' || md5('{merchant}' || n), '{merchant}', \
+                 'retry-' || md5(n::text) || '-' || n, 'fp', 2000, 'usd', 'pm_card_visa', \
+                 '{{}}', 'processing', now(), now() FROM generate_series(1, {count}) n;"
+            )
+        };
+        // The statistics are taken while only the old merchant has payments; the new one
+        // then gets twenty times as many.
+        conn.batch_execute(&format!(
+            "INSERT INTO merchants (id, name, created_at) VALUES \
+             ('{old}', 'old', now()), ('{new}', 'new', now()); {} ANALYZE payments; {}",
+            payments_of(&old, 1_000),
+            payments_of(&new, 20_000)
+        ))
+        .unwrap();
+        // The key of the new merchant's payment with the highest id: the last one a walk
+        // through the merchant's payments in id order would come to.
+        let key: String = crate::db::schema::payments::table
+            .filter(crate::db::schema::payments::merchant_id.eq(&new))
+            .order(crate::db::schema::payments::id.desc())
+            .select(crate::db::schema::payments::idempotency_key)
+            .first(&mut conn)
+            .unwrap();
+        let read = |conn: &mut DbConnection| {
+            diesel::sql_query(
+                "SELECT coalesce(idx_tup_fetch, 0) AS rows \
+                 FROM pg_stat_xact_user_tables WHERE relid = 'payments'::regclass",
+            )
+            .get_result::<Read>(conn)
+        };
+        let rows = conn
+            .transaction(|conn| {
+                let before = read(conn)?;
+                let found = super::find_by_idempotency_key(conn, &new, &key)?;
+                assert!(found.is_some(), "the payment is found");
+                QueryResult::Ok(read(conn)?.rows - before.rows)
+            })
+            .unwrap();
+        assert_eq!(rows, 1, "rows read to find one payment by its key");
+    }
 }

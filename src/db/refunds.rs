@@ -165,7 +165,7 @@ pub fn find_by_idempotency_key(
     key: &str,
 ) -> QueryResult<Option<RefundRow>> {
     refunds::table
-        .filter(refunds::merchant_id.eq(merchant_id))
+        .filter(refunds::merchant_id.eq(super::unplanned(merchant_id)))
         .filter(refunds::idempotency_key.eq(key))
         .select(RefundRow::as_select())
         .first(conn)
