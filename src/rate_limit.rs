@@ -9,42 +9,78 @@
 //! The quota is per instance (no shared state, no extra database round trip): N instances
 //! let a merchant through up to N times the setting.
 
-use std::num::NonZeroU32;
-use std::sync::Arc;
-
-use governor::clock::Clock;
-use governor::{DefaultKeyedRateLimiter, Quota};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::db::merchants::Merchant;
 use crate::error::ApiError;
 
-/// `None` = unlimited (`RATE_LIMIT_PER_SECOND` unset or 0).
 #[derive(Clone, Default)]
 pub struct RateLimits {
-    // Keyed by merchant id. Merchants are created by operators only, so the key set is
-    // bounded and the states are never pruned.
-    limiter: Option<Arc<DefaultKeyedRateLimiter<String>>>,
+    limiter: Option<Arc<Limiter>>,
+}
+
+/// A bucket of `per_second` requests per merchant, refilled one request every
+/// `1 / per_second` s (GCRA: each merchant's state is the time its bucket will be full again).
+///
+/// The clock is read under the lock that orders the checks, so a whole burst passes however
+/// the requests interleave; `governor`, used before, read it first, and one of eight
+/// requests checked at once on a full bucket was now and then refused.
+struct Limiter {
+    /// Time to refill one request.
+    every: Duration,
+    /// How far ahead of now a merchant's full-again time may be and still let a request in.
+    slack: Duration,
+    full_at: Mutex<HashMap<String, Instant>>,
+}
+
+impl Limiter {
+    /// Past this many merchants, those whose bucket is full are forgotten (a full bucket and
+    /// no entry mean the same).
+    const PRUNE_AT: usize = 10_000;
+
+    fn new(per_second: u32) -> Self {
+        let every = Duration::from_secs(1) / per_second;
+        Self {
+            every,
+            slack: every * (per_second - 1),
+            full_at: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `Err(wait)` when the merchant's bucket is empty: the wait until it holds one request.
+    fn check(&self, merchant_id: &str) -> Result<(), Duration> {
+        // A panic while holding the lock leaves at worst one merchant's time unwritten.
+        let mut full_at = self.full_at.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let full = full_at.get(merchant_id).map_or(now, |&at| at.max(now));
+        let ahead = full - now;
+        if ahead > self.slack {
+            return Err(ahead - self.slack);
+        }
+        if full_at.len() >= Self::PRUNE_AT && !full_at.contains_key(merchant_id) {
+            full_at.retain(|_, at| *at > now);
+        }
+        full_at.insert(merchant_id.to_owned(), full + self.every);
+        Ok(())
+    }
 }
 
 impl RateLimits {
-    /// `per_second` requests a second per merchant, with a burst of the same size (GCRA:
-    /// a full bucket of `per_second`, refilled one request every `1/per_second` s).
     pub fn new(per_second: Option<u32>) -> Self {
         let limiter = per_second
-            .and_then(NonZeroU32::new)
-            .map(|n| Arc::new(DefaultKeyedRateLimiter::keyed(Quota::per_second(n))));
+            .filter(|&n| n > 0)
+            .map(|n| Arc::new(Limiter::new(n)));
         Self { limiter }
     }
 
-    /// Spends one request of `merchant`'s quota, or refuses with 429 `rate_limited` and
-    /// the whole seconds (at least 1) until the next request would be allowed.
     pub fn check(&self, merchant: &Merchant) -> Result<(), ApiError> {
         let Some(limiter) = &self.limiter else {
             return Ok(());
         };
-        limiter.check_key(&merchant.id).map_err(|not_until| {
+        limiter.check(&merchant.id).map_err(|wait| {
             crate::metrics::rate_limited();
-            let wait = not_until.wait_time_from(limiter.clock().now());
             ApiError::RateLimited {
                 retry_after_secs: retry_after_secs(wait),
             }
@@ -52,8 +88,6 @@ impl RateLimits {
     }
 }
 
-/// `Retry-After` counts whole seconds: round up, never 0 (0 would invite an instant retry
-/// that is refused again).
 fn retry_after_secs(wait: std::time::Duration) -> u64 {
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     secs.max(1)
@@ -85,6 +119,37 @@ mod tests {
         }
         // Another merchant has its own bucket.
         limits.check(&merchant("mer_b")).expect("independent");
+    }
+
+    /// A full bucket lets a whole burst through however the requests interleave: many
+    /// threads checking at once, each burst exactly the size of the bucket.
+    #[test]
+    fn a_burst_checked_at_once_from_many_threads_passes_whole() {
+        const BURST: u32 = 8;
+        for round in 0..300 {
+            let limits = RateLimits::new(Some(BURST));
+            let start = std::sync::Barrier::new(BURST as usize);
+            let refused = std::thread::scope(|s| {
+                let threads: Vec<_> = (0..BURST)
+                    .map(|_| {
+                        s.spawn(|| {
+                            start.wait();
+                            limits.check(&merchant("mer_a")).is_err()
+                        })
+                    })
+                    .collect();
+                threads
+                    .into_iter()
+                    .map(|t| t.join().unwrap_or(true))
+                    .filter(|&refused| refused)
+                    .count()
+            });
+            assert_eq!(refused, 0, "round {round}: refused within a full burst");
+            assert!(
+                limits.check(&merchant("mer_a")).is_err(),
+                "one more is refused"
+            );
+        }
     }
 
     #[test]
