@@ -17,6 +17,8 @@ use super::{
 #[derive(Default)]
 struct Ledger {
     charges: Journal<StoredCharge>,
+    /// The charge at position `n` has id number `first_charge + n`.
+    first_charge: FirstCharge,
     /// Every charge call, including those answered from the idempotency record.
     charge_calls: u64,
     /// Payment method and capture flag of each pending charge, by charge id: decide how it
@@ -35,19 +37,37 @@ struct Ledger {
     cancel_calls: u64,
 }
 
-/// A charge as the ledger keeps it: a number for its id, its strings in the journal.
+/// Random for each ledger, so that charge ids of an earlier process, still in the database,
+/// are not given out again.
+struct FirstCharge(u128);
+
+impl Default for FirstCharge {
+    fn default() -> Self {
+        Self(uuid::Uuid::new_v4().as_u128())
+    }
+}
+
+/// Why a charge failed: (code, message).
+type Failure = &'static (&'static str, &'static str);
+const CARD_DECLINED: Failure = &("card_declined", "Your card was declined.");
+const INSUFFICIENT_FUNDS: Failure = &("insufficient_funds", "Your card has insufficient funds.");
+const INVALID_PAYMENT_METHOD: Failure =
+    &("invalid_payment_method", "The payment method is not valid.");
+
+/// A charge as the ledger keeps it, in 40 bytes (the simulator keeps every charge it made):
+/// its id from its position, its strings in the journal (the reference shares the key's
+/// text when they are the same, as they are for the service's charges).
 struct StoredCharge {
-    id: u128,
     status: ProviderStatus,
     amount: i64,
     currency: Text,
     reference: Text,
-    failure_code: Option<&'static str>,
-    failure_message: Option<&'static str>,
+    failure: Option<Failure>,
 }
 
 impl Ledger {
-    fn charge_id(number: u128) -> String {
+    fn charge_id(&self, position: usize) -> String {
+        let number = self.first_charge.0.wrapping_add(position as u128);
         format!("ch_{}", uuid::Uuid::from_u128(number).simple())
     }
 
@@ -56,9 +76,9 @@ impl Ledger {
         let number = uuid::Uuid::try_parse(charge_id.strip_prefix("ch_")?)
             .ok()?
             .as_u128();
-        // Exactly the id it gave out, not another spelling of the same number.
-        (Self::charge_id(number) == charge_id).then_some(())?;
-        self.charges.find(|c| c.id == number)
+        let position = usize::try_from(number.wrapping_sub(self.first_charge.0)).ok()?;
+        // A charge it made, by exactly the id it gave out (not another spelling of it).
+        (position < self.charges.len() && self.charge_id(position) == charge_id).then_some(position)
     }
 
     /// Captures or cancels the authorized charge `charge_id`, or says why not.
@@ -96,13 +116,13 @@ impl Ledger {
     fn charge_at(&self, position: usize) -> Charge {
         let c = self.charges.at(position);
         Charge {
-            id: Self::charge_id(c.id),
+            id: self.charge_id(position),
             status: c.status,
             amount: c.amount,
             currency: self.charges.text(c.currency).to_owned(),
             reference: self.charges.text(c.reference).to_owned(),
-            failure_code: c.failure_code.map(str::to_owned),
-            failure_message: c.failure_message.map(str::to_owned),
+            failure_code: c.failure.map(|(code, _)| (*code).to_owned()),
+            failure_message: c.failure.map(|(_, message)| (*message).to_owned()),
         }
     }
 }
@@ -130,44 +150,24 @@ impl Simulator {
         self.ledger.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The outcome the simulator gives a payment method: (status, failure code, message).
-    pub fn decide(
-        payment_method: &str,
-    ) -> (ProviderStatus, Option<&'static str>, Option<&'static str>) {
+    /// The outcome the simulator gives a payment method.
+    fn decide(payment_method: &str) -> (ProviderStatus, Option<Failure>) {
         match payment_method {
             "pm_card_visa" | "pm_card_mastercard" | "pm_card_amex" => {
-                (ProviderStatus::Succeeded, None, None)
+                (ProviderStatus::Succeeded, None)
             }
-            "pm_card_declined" => (
-                ProviderStatus::Failed,
-                Some("card_declined"),
-                Some("Your card was declined."),
-            ),
-            "pm_card_insufficient_funds" => (
-                ProviderStatus::Failed,
-                Some("insufficient_funds"),
-                Some("Your card has insufficient funds."),
-            ),
-            "pm_card_async" | "pm_card_async_declined" => (ProviderStatus::Pending, None, None),
-            _ => (
-                ProviderStatus::Failed,
-                Some("invalid_payment_method"),
-                Some("The payment method is not valid."),
-            ),
+            "pm_card_declined" => (ProviderStatus::Failed, Some(CARD_DECLINED)),
+            "pm_card_insufficient_funds" => (ProviderStatus::Failed, Some(INSUFFICIENT_FUNDS)),
+            "pm_card_async" | "pm_card_async_declined" => (ProviderStatus::Pending, None),
+            _ => (ProviderStatus::Failed, Some(INVALID_PAYMENT_METHOD)),
         }
     }
 
     /// How a pending (async) charge completes: `pm_card_async_declined` fails, others succeed.
-    pub fn decide_async(
-        payment_method: &str,
-    ) -> (ProviderStatus, Option<&'static str>, Option<&'static str>) {
+    fn decide_async(payment_method: &str) -> (ProviderStatus, Option<Failure>) {
         match payment_method {
-            "pm_card_async_declined" => (
-                ProviderStatus::Failed,
-                Some("card_declined"),
-                Some("Your card was declined."),
-            ),
-            _ => (ProviderStatus::Succeeded, None, None),
+            "pm_card_async_declined" => (ProviderStatus::Failed, Some(CARD_DECLINED)),
+            _ => (ProviderStatus::Succeeded, None),
         }
     }
 
@@ -176,13 +176,12 @@ impl Simulator {
     pub fn complete_pending(&self, charge_id: &str) -> Option<Charge> {
         let mut ledger = self.ledger();
         let (method, capture) = ledger.pending_methods.remove(charge_id)?;
-        let (status, failure_code, failure_message) = Self::decide_async(&method);
+        let (status, failure) = Self::decide_async(&method);
         let status = Self::held_unless_captured(status, capture);
         let position = ledger.charge_position(charge_id)?;
         let charge = ledger.charges.at_mut(position);
         charge.status = status;
-        charge.failure_code = failure_code;
-        charge.failure_message = failure_message;
+        charge.failure = failure;
         Some(ledger.charge_at(position))
     }
 
@@ -193,17 +192,21 @@ impl Simulator {
         if let Some(position) = ledger.charges.position(idempotency_key) {
             return ledger.charge_at(position);
         }
-        let (status, failure_code, failure_message) = Self::decide(&request.payment_method);
+        let (status, failure) = Self::decide(&request.payment_method);
+        let key = ledger.charges.keep(idempotency_key);
+        let reference = if request.reference == idempotency_key {
+            key
+        } else {
+            ledger.charges.keep(&request.reference)
+        };
         let stored = StoredCharge {
-            id: uuid::Uuid::new_v4().as_u128(),
             status: Self::held_unless_captured(status, request.capture),
             amount: request.amount,
             currency: ledger.charges.keep(&request.currency),
-            reference: ledger.charges.keep(&request.reference),
-            failure_code,
-            failure_message,
+            reference,
+            failure,
         };
-        let position = ledger.charges.record(idempotency_key, stored);
+        let position = ledger.charges.record_kept(key, stored);
         let charge = ledger.charge_at(position);
         if charge.status == ProviderStatus::Pending {
             ledger.pending_methods.insert(
@@ -504,6 +507,62 @@ mod tests {
         assert_eq!(sim.charge_calls(), 2);
         sim.charge("pay_2", &request("pm_card_visa"));
         assert_eq!(sim.charges().len(), 2);
+    }
+
+    /// Ids come from the charge's position and the ledger: each is found again by exactly
+    /// that spelling, and another ledger (another process) gives out other ids.
+    #[test]
+    fn charge_ids_are_found_by_exactly_the_id_given_and_differ_between_ledgers() {
+        let (one, two) = (Simulator::new(), Simulator::new());
+        let mut manual = request("pm_card_visa");
+        manual.capture = false;
+        let charges: Vec<Charge> = (0..3)
+            .map(|n| one.charge(&format!("pay_{n}"), &manual))
+            .collect();
+        let elsewhere = two.charge("pay_0", &manual);
+        assert!(charges.iter().all(|c| c.id != elsewhere.id));
+        assert!(
+            two.update_charge("cnl_x", &charges[0].id, ChargeMove::Cancel)
+                .is_err(),
+            "another ledger's charge is unknown"
+        );
+        assert!(
+            one.update_charge("cnl_u", &charges[1].id.to_uppercase(), ChargeMove::Cancel)
+                .is_err(),
+            "another spelling of an id is not that id"
+        );
+        let canceled = one
+            .update_charge("cnl_1", &charges[1].id, ChargeMove::Cancel)
+            .unwrap();
+        assert_eq!(
+            (canceled.id.as_str(), canceled.reference.as_str()),
+            (charges[1].id.as_str(), "pay_x")
+        );
+        let statuses: Vec<_> = one.charges().into_iter().map(|c| c.status).collect();
+        assert_eq!(
+            statuses,
+            [
+                ProviderStatus::RequiresCapture,
+                ProviderStatus::Canceled,
+                ProviderStatus::RequiresCapture
+            ]
+        );
+    }
+
+    /// A reference the same as the key is kept once and read back whole, and one that differs
+    /// is its own.
+    #[test]
+    fn references_are_answered_as_given() {
+        let sim = Simulator::new();
+        let mut same = request("pm_card_visa");
+        same.reference = "pay_same".into();
+        assert_eq!(sim.charge("pay_same", &same).reference, "pay_same");
+        assert_eq!(
+            sim.charge("pay_other", &request("pm_card_visa")).reference,
+            "pay_x"
+        );
+        let references: Vec<_> = sim.charges().into_iter().map(|c| c.reference).collect();
+        assert_eq!(references, ["pay_same", "pay_x"]);
     }
 
     #[test]
