@@ -438,6 +438,15 @@ mod tests {
             };
             (schema, url)
         }
+
+        /// A migrated schema of the test's own on the tests' PostgreSQL and a connection to
+        /// it, or `None` as [`test_postgres`].
+        pub(super) fn migrated() -> Option<(Self, DbConnection)> {
+            let (schema, url) = Self::create(&test_postgres()?);
+            let mut conn = DbConnection::Postgres(PgConnection::establish(&url).unwrap());
+            run_migrations(&mut conn).unwrap();
+            Some((schema, conn))
+        }
     }
 
     impl Drop for Schema {

@@ -240,8 +240,8 @@ mod tests {
     use diesel::prelude::*;
     use diesel::sql_types::BigInt;
 
-    use super::super::tests::{Schema, test_postgres};
-    use super::super::{DbConnection, run_migrations};
+    use super::super::DbConnection;
+    use super::super::tests::Schema;
 
     #[derive(QueryableByName)]
     struct Read {
@@ -254,12 +254,9 @@ mod tests {
     /// through that merchant's payments.
     #[test]
     fn a_key_lookup_reads_one_row_for_a_merchant_new_to_the_statistics() {
-        let Some(base_url) = test_postgres() else {
+        let Some((_schema, mut conn)) = Schema::migrated() else {
             return;
         };
-        let (_schema, url) = Schema::create(&base_url);
-        let mut conn = DbConnection::Postgres(PgConnection::establish(&url).unwrap());
-        run_migrations(&mut conn).unwrap();
         // Ids and keys as long as real ones: which index looks cheaper depends on their size.
         let (old, new) = (format!("mer_{:032x}", 1), format!("mer_{:032x}", 2));
         let payments_of = |merchant: &str, count: u32| {

@@ -259,8 +259,8 @@ mod tests {
     use diesel::prelude::*;
     use diesel::sql_types::BigInt;
 
-    use super::super::tests::{Schema, test_postgres};
-    use super::super::{DbConnection, payments, run_migrations, schema};
+    use super::super::tests::Schema;
+    use super::super::{DbConnection, payments, schema};
     use payments::PaymentRow;
 
     #[derive(QueryableByName)]
@@ -325,12 +325,9 @@ mod tests {
     /// holds: not with a plan made while the table was small (a scan of all of it).
     #[test]
     fn a_finish_reads_each_payment_by_its_primary_key_however_large_the_table() {
-        let Some(base_url) = test_postgres() else {
+        let Some((_schema, mut conn)) = Schema::migrated() else {
             return;
         };
-        let (_schema, url) = Schema::create(&base_url);
-        let mut conn = DbConnection::Postgres(PgConnection::establish(&url).unwrap());
-        run_migrations(&mut conn).unwrap();
         conn.batch_execute(
             "INSERT INTO merchants (id, name, created_at) VALUES ('mer_t', 't', now())",
         )
