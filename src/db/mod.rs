@@ -251,8 +251,6 @@ impl r2d2::HandleError<r2d2::Error> for PoolErrorLog {
 /// How long a request may wait for a pooled connection before it answers 503.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The pool. `prepared_statements: false` (`DATABASE_PREPARED_STATEMENTS=off`) keeps diesel
-/// from naming statements on PostgreSQL, for a pooler in transaction mode.
 /// A text value the query planner is not shown: `(SELECT $1)` instead of `$1`.
 ///
 /// For the idempotency-key lookups' merchant. PostgreSQL plans a statement's first five runs
@@ -277,6 +275,8 @@ pub(crate) fn unplanned(
         .sql(")")
 }
 
+/// The pool. `prepared_statements: false` (`DATABASE_PREPARED_STATEMENTS=off`) keeps diesel
+/// from naming statements on PostgreSQL, for a pooler in transaction mode.
 pub fn build_pool(
     target: DatabaseTarget,
     max_size: u32,
