@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::db::merchants::Merchant;
 use crate::error::ApiError;
 
+/// `None` = unlimited (`RATE_LIMIT_PER_SECOND` unset or 0).
 #[derive(Clone, Default)]
 pub struct RateLimits {
     limiter: Option<Arc<Limiter>>,
@@ -32,14 +33,12 @@ struct Limiter {
     every: Duration,
     /// How far ahead of now a merchant's full-again time may be and still let a request in.
     slack: Duration,
+    /// Keyed by merchant id. Merchants are created by operators only, so the key set is
+    /// bounded and nothing is pruned.
     full_at: Mutex<HashMap<String, Instant>>,
 }
 
 impl Limiter {
-    /// Past this many merchants, those whose bucket is full are forgotten (a full bucket and
-    /// no entry mean the same).
-    const PRUNE_AT: usize = 10_000;
-
     fn new(per_second: u32) -> Self {
         let every = Duration::from_secs(1) / per_second;
         Self {
@@ -54,20 +53,23 @@ impl Limiter {
         // A panic while holding the lock leaves at worst one merchant's time unwritten.
         let mut full_at = self.full_at.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
-        let full = full_at.get(merchant_id).map_or(now, |&at| at.max(now));
+        let Some(at) = full_at.get_mut(merchant_id) else {
+            // A merchant's first request: a full bucket, less this one.
+            full_at.insert(merchant_id.to_owned(), now + self.every);
+            return Ok(());
+        };
+        let full = (*at).max(now);
         let ahead = full - now;
         if ahead > self.slack {
             return Err(ahead - self.slack);
         }
-        if full_at.len() >= Self::PRUNE_AT && !full_at.contains_key(merchant_id) {
-            full_at.retain(|_, at| *at > now);
-        }
-        full_at.insert(merchant_id.to_owned(), full + self.every);
+        *at = full + self.every;
         Ok(())
     }
 }
 
 impl RateLimits {
+    /// `per_second` requests a second per merchant, with a burst of the same size.
     pub fn new(per_second: Option<u32>) -> Self {
         let limiter = per_second
             .filter(|&n| n > 0)
@@ -75,6 +77,8 @@ impl RateLimits {
         Self { limiter }
     }
 
+    /// Spends one request of `merchant`'s quota, or refuses with 429 `rate_limited` and
+    /// the whole seconds (at least 1) until the next request would be allowed.
     pub fn check(&self, merchant: &Merchant) -> Result<(), ApiError> {
         let Some(limiter) = &self.limiter else {
             return Ok(());
@@ -88,7 +92,9 @@ impl RateLimits {
     }
 }
 
-fn retry_after_secs(wait: std::time::Duration) -> u64 {
+/// `Retry-After` counts whole seconds: round up, never 0 (0 would invite an instant retry
+/// that is refused again).
+fn retry_after_secs(wait: Duration) -> u64 {
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     secs.max(1)
 }
