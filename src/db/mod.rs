@@ -398,7 +398,7 @@ mod tests {
 
     /// The PostgreSQL of the tests (`TEST_DATABASE_URL`, else the local one), or `None` and
     /// a note when there is none and none was asked for.
-    pub(super) fn test_postgres() -> Option<String> {
+    fn test_postgres() -> Option<String> {
         let asked = std::env::var("TEST_DATABASE_URL")
             .ok()
             .filter(|u| !u.is_empty());
@@ -424,7 +424,7 @@ mod tests {
     }
 
     impl Schema {
-        pub(super) fn create(base_url: &str) -> (Self, String) {
+        fn create(base_url: &str) -> (Self, String) {
             let name = format!("test_db_{}", uuid::Uuid::new_v4().simple());
             let mut admin = PgConnection::establish(base_url).unwrap();
             admin
@@ -446,6 +446,31 @@ mod tests {
             let mut conn = DbConnection::Postgres(PgConnection::establish(&url).unwrap());
             run_migrations(&mut conn).unwrap();
             Some((schema, conn))
+        }
+    }
+
+    /// How a transaction has read the `payments` table so far: PostgreSQL reports a
+    /// backend's counts only after its transaction, and shows them before in the `_xact_`
+    /// view, so a test reads them before and after a statement inside one transaction.
+    #[derive(diesel::QueryableByName)]
+    pub(super) struct PaymentsReads {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        pub seq_scans: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        pub index_scans: i64,
+        /// Rows fetched through an index.
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        pub index_rows: i64,
+    }
+
+    impl PaymentsReads {
+        pub(super) fn now(conn: &mut DbConnection) -> QueryResult<Self> {
+            diesel::sql_query(
+                "SELECT seq_scan AS seq_scans, coalesce(idx_scan, 0) AS index_scans, \
+                 coalesce(idx_tup_fetch, 0) AS index_rows \
+                 FROM pg_stat_xact_user_tables WHERE relid = 'payments'::regclass",
+            )
+            .get_result(conn)
         }
     }
 

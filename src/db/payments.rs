@@ -238,16 +238,9 @@ pub fn count_for_merchant(conn: &mut DbConnection, merchant_id: &str) -> QueryRe
 mod tests {
     use diesel::connection::SimpleConnection;
     use diesel::prelude::*;
-    use diesel::sql_types::BigInt;
 
-    use super::super::DbConnection;
-    use super::super::tests::Schema;
-
-    #[derive(QueryableByName)]
-    struct Read {
-        #[diesel(sql_type = BigInt)]
-        rows: i64,
-    }
+    use super::super::tests::{PaymentsReads, Schema};
+    use super::payments;
 
     /// A retry finds its payment through the unique (merchant, key) index even when the
     /// merchant is one the planner's statistics have not seen: one row read, not a walk
@@ -279,25 +272,18 @@ mod tests {
         .unwrap();
         // The key of the new merchant's payment with the highest id: the last one a walk
         // through the merchant's payments in id order would come to.
-        let key: String = crate::db::schema::payments::table
-            .filter(crate::db::schema::payments::merchant_id.eq(&new))
-            .order(crate::db::schema::payments::id.desc())
-            .select(crate::db::schema::payments::idempotency_key)
+        let key: String = payments::table
+            .filter(payments::merchant_id.eq(&new))
+            .order(payments::id.desc())
+            .select(payments::idempotency_key)
             .first(&mut conn)
             .unwrap();
-        let read = |conn: &mut DbConnection| {
-            diesel::sql_query(
-                "SELECT coalesce(idx_tup_fetch, 0) AS rows \
-                 FROM pg_stat_xact_user_tables WHERE relid = 'payments'::regclass",
-            )
-            .get_result::<Read>(conn)
-        };
         let rows = conn
             .transaction(|conn| {
-                let before = read(conn)?;
+                let before = PaymentsReads::now(conn)?;
                 let found = super::find_by_idempotency_key(conn, &new, &key)?;
                 assert!(found.is_some(), "the payment is found");
-                QueryResult::Ok(read(conn)?.rows - before.rows)
+                QueryResult::Ok(PaymentsReads::now(conn)?.index_rows - before.index_rows)
             })
             .unwrap();
         assert_eq!(rows, 1, "rows read to find one payment by its key");

@@ -257,19 +257,10 @@ impl RunQueryDsl<diesel::PgConnection> for FinishPayments<'_> {}
 mod tests {
     use diesel::connection::SimpleConnection;
     use diesel::prelude::*;
-    use diesel::sql_types::BigInt;
 
-    use super::super::tests::Schema;
+    use super::super::tests::{PaymentsReads, Schema};
     use super::super::{DbConnection, payments, schema};
     use payments::PaymentRow;
-
-    #[derive(QueryableByName)]
-    struct Scans {
-        #[diesel(sql_type = BigInt)]
-        seq_scan: i64,
-        #[diesel(sql_type = BigInt)]
-        idx_scan: i64,
-    }
 
     fn claim(conn: &mut DbConnection, numbers: std::ops::RangeInclusive<u32>) {
         conn.batch_execute(&format!(
@@ -300,22 +291,14 @@ mod tests {
                 row
             })
             .collect();
-        // The backend's counts not yet reported; nothing is reported inside a transaction.
-        let scans = |conn: &mut DbConnection| {
-            diesel::sql_query(
-                "SELECT seq_scan, coalesce(idx_scan, 0) AS idx_scan \
-                 FROM pg_stat_xact_user_tables WHERE relid = 'payments'::regclass",
-            )
-            .get_result::<Scans>(conn)
-        };
         conn.transaction(|conn| {
-            let before = scans(conn)?;
+            let before = PaymentsReads::now(conn)?;
             let finished = payments::finish_many(conn, &rows.iter().collect::<Vec<_>>())?;
             assert_eq!(finished, vec![true; ids.len()]);
-            let after = scans(conn)?;
+            let after = PaymentsReads::now(conn)?;
             diesel::QueryResult::Ok((
-                after.seq_scan - before.seq_scan,
-                after.idx_scan - before.idx_scan,
+                after.seq_scans - before.seq_scans,
+                after.index_scans - before.index_scans,
             ))
         })
         .unwrap()
