@@ -22,7 +22,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use futures_util::future::join_all;
+use futures_util::future::{Either, join_all};
 
 use crate::db::{DbConnection, DbError};
 use crate::domain::{Timestamp, new_lease_token, now};
@@ -182,9 +182,22 @@ pub trait Operation: 'static {
 
 /// Runs one request of operation `O` under the §3 rules. `claim` is the row to insert,
 /// built with a [`Lease`]; `request` names the API request (for its events).
-pub async fn execute<O: Operation>(
+///
+/// The row goes on the heap here, once: a future keeps its arguments for as long as it
+/// runs, and a request's future runs until the provider answers, so a row passed by value
+/// down the stages would be held several times over (half a kilobyte each) by every
+/// request waiting on the provider.
+pub fn execute<O: Operation>(
     state: &AppState,
     claim: O::Row,
+    request: Option<RequestRef>,
+) -> impl Future<Output = Result<Answer, ApiError>> + '_ {
+    lead_or_join_key::<O>(state, Box::new(claim), request)
+}
+
+async fn lead_or_join_key<O: Operation>(
+    state: &AppState,
+    claim: Box<O::Row>,
     request: Option<RequestRef>,
 ) -> Result<Answer, ApiError> {
     let resource = O::resource(&claim);
@@ -200,22 +213,31 @@ pub async fn execute<O: Operation>(
     }
     let scope = scope_key(resource, &merchant, &key);
     let wait = state.settings.idempotency_wait;
-    match lead_or_join(&state.inflight, resource, &scope, &fingerprint, wait).await? {
-        Joined::Answer(answer) => Ok(answer),
-        Joined::Lead { guard, wait_left } => {
-            let answer = claim_or_follow::<O>(state, claim, request, wait_left).await?;
-            // In memory before the lead is given up, so that no later duplicate here
-            // finds neither.
-            answers.remember(resource, &merchant, &key, &fingerprint, &answer);
-            guard.settle(&answer);
-            Ok(answer)
-        }
-    }
+    // Boxed, and awaited before the match rather than in it: a match keeps what it matches
+    // on until it ends, and this one lasts as long as the provider call.
+    let joined = Box::pin(lead_or_join(
+        &state.inflight,
+        resource,
+        &scope,
+        &fingerprint,
+        wait,
+    ))
+    .await?;
+    let (guard, wait_left) = match joined {
+        Joined::Answer(answer) => return Ok(answer),
+        Joined::Lead { guard, wait_left } => (guard, wait_left),
+    };
+    let answer = claim_or_follow::<O>(state, claim, request, wait_left).await?;
+    // In memory before the lead is given up, so that no later duplicate here finds
+    // neither.
+    answers.remember(resource, &merchant, &key, &fingerprint, &answer);
+    guard.settle(&answer);
+    Ok(answer)
 }
 
 async fn claim_or_follow<O: Operation>(
     state: &AppState,
-    claim: O::Row,
+    claim: Box<O::Row>,
     request: Option<RequestRef>,
     wait: Duration,
 ) -> Result<Answer, ApiError> {
@@ -225,22 +247,36 @@ async fn claim_or_follow<O: Operation>(
     // Boxed, like the other stages below: a request's future is as large as its largest
     // stage for as long as it runs, and most of its life is spent waiting on the provider
     // with small state; boxed, a stage takes its space only while it runs.
-    let claimed = Box::pin(O::run_claim(state, claim.clone())).await;
-    match claimed {
+    // Decided in a match that ends before the long wait, which the match only sets up: a
+    // match keeps what it matches on (here the claimed row) until it ends.
+    let next = match Box::pin(O::run_claim(state, (*claim).clone())).await {
         Ok(Claimed::Won(row, call)) => {
             metrics::idempotency(resource, IdempotencyOutcome::Created);
             tracing::info!(id = %row.record_id(), "{resource} claimed");
             let token = row.lease_token().unwrap_or_default().to_owned();
-            return drive_detached::<O>(state, row, token, call, request).await;
+            Either::Left(drive_detached::<O>(state, row, token, call, request))
         }
         Ok(Claimed::Refused(answer)) => {
             metrics::idempotency(resource, IdempotencyOutcome::Created);
             tracing::info!(id = %claim.record_id(), status = answer.status, "{resource} refused");
             return Ok(answer);
         }
-        Err(DbError::UniqueViolation(_)) => {}
+        Err(DbError::UniqueViolation(_)) => {
+            Either::Right(Box::pin(follow_key::<O>(state, claim, request, wait)))
+        }
         Err(e) => return Err(e.into()),
-    }
+    };
+    next.await
+}
+
+/// Another request has the key: its row is replayed, taken over or waited for, unless
+/// this request differs from it (a reused key).
+async fn follow_key<O: Operation>(
+    state: &AppState,
+    claim: Box<O::Row>,
+    request: Option<RequestRef>,
+    wait: Duration,
+) -> Result<Answer, ApiError> {
     let existing = {
         let claim = claim.clone();
         Box::pin(state.db.run(move |conn| O::find_by_key(conn, &claim)))
@@ -248,12 +284,11 @@ async fn claim_or_follow<O: Operation>(
             .ok_or_else(|| ApiError::internal("idempotency key conflict without a stored row"))?
     };
     if existing.fingerprint() != claim.fingerprint() {
-        metrics::idempotency(resource, IdempotencyOutcome::Reused);
+        metrics::idempotency(O::resource(&existing), IdempotencyOutcome::Reused);
         return Err(ApiError::IdempotencyKeyReused);
     }
-    // Boxed: following is the rare path, and its future is large; inline, every request
-    // would carry its space (futures hold their largest state) for as long as it runs.
-    Box::pin(follow_existing::<O>(state, existing, request, wait)).await
+    drop(claim);
+    follow_existing::<O>(state, existing, request, wait).await
 }
 
 /// A duplicate of an existing row: replay it if final, take it over if nobody owns it,
@@ -312,38 +347,48 @@ async fn resume_owned<O: Operation>(
 
 /// Runs the provider call on its own task, so that a client hanging up mid-request does
 /// not abandon the operation half-way: it finishes and its outcome is stored regardless.
-async fn drive_detached<O: Operation>(
+/// Spawned here, in a plain function, so the task's future is never part of the caller's;
+/// the caller waits on the task alone.
+fn drive_detached<O: Operation>(
     state: &AppState,
     row: O::Row,
     token: String,
     call: O::Call,
     request: Option<RequestRef>,
-) -> Result<Answer, ApiError> {
-    let state = state.clone();
-    // Spawned in a statement of its own: a future built in the statement that awaits keeps
-    // its space in the caller's future while the task runs.
-    let task =
-        actix_web::rt::spawn(async move { drive::<O>(&state, row, token, call, request).await });
-    task.await
-        .map_err(|e| ApiError::internal(format!("operation task failed: {e}")))?
+) -> impl Future<Output = Result<Answer, ApiError>> + 'static {
+    let task = actix_web::rt::spawn(drive::<O>(
+        state.clone(),
+        Box::new(row),
+        token,
+        call,
+        request,
+    ));
+    async move {
+        task.await
+            .map_err(|e| ApiError::internal(format!("operation task failed: {e}")))?
+    }
 }
 
 /// Holds the lease of `row`: asks the provider (our row id is its idempotency key, so
-/// asking again can never move money twice) and records what it said.
+/// asking again can never move money twice) and records what it said. Owns what it needs
+/// (the task outlives the request), the row boxed.
 async fn drive<O: Operation>(
-    state: &AppState,
-    row: O::Row,
+    state: AppState,
+    row: Box<O::Row>,
     token: String,
     call: O::Call,
     request: Option<RequestRef>,
 ) -> Result<Answer, ApiError> {
+    let state = &state;
     let resource = O::resource(&row);
     let inflight = state.inflight.drive(row.record_id());
-    let answer = match O::call(state, &row, &call).await {
+    // Not matched on directly: the match would keep the call's future until it ends.
+    let called = O::call(state, &row, &call).await;
+    let answer = match called {
         Ok(Called::Final(outcome)) => {
             match Box::pin(finish::<O>(
                 state,
-                row.clone(),
+                (*row).clone(),
                 outcome.clone(),
                 request.clone(),
             ))
@@ -357,7 +402,7 @@ async fn drive<O: Operation>(
                     actix_web::rt::spawn(async move {
                         let lease = state.settings.processing_lease;
                         store_when_possible(id, lease, || {
-                            finish::<O>(&state, row.clone(), outcome.clone(), request.clone())
+                            finish::<O>(&state, (*row).clone(), outcome.clone(), request.clone())
                         })
                         .await
                     });
@@ -368,11 +413,11 @@ async fn drive<O: Operation>(
         }
         Ok(Called::Pending(provider_ref)) => {
             tracing::info!(id = %row.record_id(), provider_ref, "{resource} pending at the provider");
-            Box::pin(release::<O>(state, row, token, provider_ref)).await?
+            Box::pin(release::<O>(state, *row, token, provider_ref)).await?
         }
         Err(unknown) => {
             tracing::warn!(id = %row.record_id(), error = %unknown, "{resource} outcome unknown");
-            Box::pin(release::<O>(state, row, token, None)).await?
+            Box::pin(release::<O>(state, *row, token, None)).await?
         }
     };
     inflight.settle(&answer);

@@ -264,13 +264,13 @@ pub fn start_group_commit(db: &Db) -> PaymentWrites {
     }
 }
 
-pub async fn create_payment(
-    state: &AppState,
+pub fn create_payment<'a>(
+    state: &'a AppState,
     merchant: &Merchant,
     key: IdempotencyKey,
     request: NewPayment,
     request_id: Option<String>,
-) -> Result<Answer, ApiError> {
+) -> impl Future<Output = Result<Answer, ApiError>> + 'a {
     let lease = Lease::new(state);
     let claim = PaymentRow {
         id: PaymentId::generate().to_string(),
@@ -306,7 +306,7 @@ pub async fn create_payment(
         id,
         idempotency_key: Some(key.as_str().to_owned()),
     });
-    operations::execute::<CreatePayment>(state, claim, origin).await
+    operations::execute::<CreatePayment>(state, claim, origin)
 }
 
 /// The payment as the provider's final answer leaves it, with the response that every

@@ -225,3 +225,41 @@ async fn a_slow_provider_over_http_is_called_for_every_payment_in_flight_at_once
     );
     assert_eq!(app.charges(), PAYMENTS, "one charge per payment");
 }
+
+/// Under load a thousand requests wait on the provider at once, each holding its future
+/// for the whole wait, and a future is as large as its largest stage. The payment's row
+/// (half a kilobyte) goes on the heap once: stages that took it by value kept a copy each,
+/// and a new payment's future was over 5 KiB.
+#[actix_web::test]
+async fn a_new_payment_future_keeps_no_copy_of_its_row() {
+    use payments_api::db::payments::PaymentRow;
+    use payments_api::domain::IdempotencyKey;
+    use payments_api::payments::{create_payment, request::NewPayment};
+
+    let app = spawn_app().await;
+    let merchant = app
+        .state
+        .db
+        .run(|conn| payments_api::db::merchants::find_by_name(conn, "default"))
+        .await
+        .expect("merchants read")
+        .expect("the default merchant");
+    let request = NewPayment::parse(
+        br#"{"amount": 100, "currency": "usd", "payment_method": "pm_card_visa"}"#,
+    )
+    .expect("a valid payment");
+    let key = IdempotencyKey::parse(b"future-size").expect("a valid key");
+    // Built, never polled: nothing is claimed or charged.
+    let future = create_payment(&app.state, &merchant, key, request, None);
+    let (size, row) = (
+        std::mem::size_of_val(&future),
+        std::mem::size_of::<PaymentRow>(),
+    );
+    drop(future);
+    println!("a new payment's future: {size} bytes; a payment row: {row} bytes");
+    assert!(
+        size <= 2 * row,
+        "{size} bytes: the future holds rows ({row} bytes each)"
+    );
+    assert!(app.simulator.charges().is_empty());
+}
