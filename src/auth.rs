@@ -2,8 +2,11 @@
 //! `Authenticated` extractor) is `routes::authenticate`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
+
+use tokio::sync::{Mutex as TurnLock, OwnedMutexGuard};
 
 pub use crate::db::merchants::Merchant;
 
@@ -28,10 +31,70 @@ struct CachedKey {
 #[derive(Default, Clone)]
 pub struct ApiKeyCache {
     keys: Arc<RwLock<HashMap<String, CachedKey>>>,
+    /// Keys being looked up, each with the lock its lookups take turns on.
+    lookups: Arc<Mutex<HashMap<String, Arc<TurnLock<()>>>>>,
 }
 
 impl ApiKeyCache {
     const MAX_ENTRIES: usize = 10_000;
+
+    /// The merchant of the key with this hash: from the cache while the entry is fresh, else
+    /// from `look_up` (the database), cached if found.
+    ///
+    /// One lookup per key at a time: requests that miss together (a cold instance under
+    /// load, a busy key's entry going stale) wait for the first lookup and take its answer
+    /// from the cache, instead of each sending the same query and each holding a blocking
+    /// thread while it waits for a connection; a storm on a cold instance started a hundred
+    /// of them. A key that is not found is not cached, so its requests still ask one at a
+    /// time.
+    pub async fn merchant<E, F, Fut>(
+        &self,
+        key_hash: &str,
+        look_up: F,
+    ) -> Result<Option<Merchant>, E>
+    where
+        F: FnOnce(String) -> Fut,
+        Fut: Future<Output = Result<Option<Merchant>, E>>,
+    {
+        if let Some(merchant) = self.get(key_hash, Instant::now()) {
+            return Ok(Some(merchant));
+        }
+        let _turn = self.turn(key_hash).await;
+        // Freshness counts from before the lookup is sent (see KEY_CACHE_TTL).
+        let asked_at = Instant::now();
+        if let Some(merchant) = self.get(key_hash, asked_at) {
+            return Ok(Some(merchant));
+        }
+        let found = look_up(key_hash.to_owned()).await?;
+        if let Some(merchant) = &found {
+            self.insert(
+                key_hash.to_owned(),
+                merchant.clone(),
+                asked_at + KEY_CACHE_TTL,
+            );
+        }
+        Ok(found)
+    }
+
+    /// Waits until no other lookup of this key runs; the lookup is this caller's until the
+    /// returned turn is dropped (also when the caller gives up waiting).
+    async fn turn(&self, key_hash: &str) -> Turn {
+        let lock = self
+            .lookups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key_hash.to_owned())
+            .or_default()
+            .clone();
+        let mut turn = Turn {
+            lookups: self.lookups.clone(),
+            key_hash: key_hash.to_owned(),
+            lock,
+            held: None,
+        };
+        turn.held = Some(turn.lock.clone().lock_owned().await);
+        turn
+    }
 
     pub(crate) fn get(&self, key_hash: &str, now: Instant) -> Option<Merchant> {
         let keys = self.keys.read().ok()?;
@@ -56,5 +119,110 @@ impl ApiKeyCache {
                 },
             );
         }
+    }
+}
+
+/// A caller's turn to look a key up; the last one out forgets the key's lock.
+struct Turn {
+    lookups: Arc<Mutex<HashMap<String, Arc<TurnLock<()>>>>>,
+    key_hash: String,
+    lock: Arc<TurnLock<()>>,
+    held: Option<OwnedMutexGuard<()>>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.held = None;
+        let mut lookups = self.lookups.lock().unwrap_or_else(PoisonError::into_inner);
+        // Clones are only taken under this lock: two left (the map's and this one) means
+        // nobody else waits for this key.
+        if Arc::strong_count(&self.lock) == 2 {
+            lookups.remove(&self.key_hash);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures_util::future::join_all;
+
+    use super::*;
+
+    fn merchant() -> Merchant {
+        Merchant {
+            id: "mer_1".to_owned(),
+            name: "one".to_owned(),
+        }
+    }
+
+    /// Counts lookups; each takes a while, as a database query waiting for a connection.
+    async fn look_up(
+        lookups: &AtomicUsize,
+        found: Option<Merchant>,
+    ) -> Result<Option<Merchant>, ()> {
+        lookups.fetch_add(1, Ordering::SeqCst);
+        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+        Ok(found)
+    }
+
+    #[actix_web::test]
+    async fn requests_that_miss_together_look_the_key_up_once() {
+        let (cache, lookups) = (ApiKeyCache::default(), AtomicUsize::new(0));
+        let answers = join_all(
+            (0..200).map(|_| cache.merchant("hash_1", |_| look_up(&lookups, Some(merchant())))),
+        )
+        .await;
+        assert!(
+            answers
+                .iter()
+                .all(|a| matches!(a, Ok(Some(m)) if m.id == "mer_1"))
+        );
+        assert_eq!(lookups.load(Ordering::SeqCst), 1);
+        // Nobody waits any more: the key's lock is forgotten.
+        assert!(
+            cache
+                .lookups
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_empty()
+        );
+
+        // Other keys are looked up on their own, not behind this one.
+        let other = cache.merchant("hash_2", |_| look_up(&lookups, Some(merchant())));
+        assert!(other.await.is_ok_and(|m| m.is_some()));
+        assert_eq!(lookups.load(Ordering::SeqCst), 2);
+    }
+
+    #[actix_web::test]
+    async fn an_unknown_key_is_asked_again_and_a_caller_that_gives_up_frees_its_turn() {
+        let (cache, lookups) = (ApiKeyCache::default(), AtomicUsize::new(0));
+        let answers =
+            join_all((0..5).map(|_| cache.merchant("nobody", |_| look_up(&lookups, None)))).await;
+        assert!(answers.iter().all(|a| matches!(a, Ok(None))));
+        assert_eq!(
+            lookups.load(Ordering::SeqCst),
+            5,
+            "a missing key is not cached"
+        );
+
+        // A caller dropped mid-lookup (its client hung up) neither blocks the next one nor
+        // leaves its lock behind.
+        let gave_up = actix_web::rt::time::timeout(
+            Duration::from_millis(5),
+            cache.merchant("hash_1", |_| look_up(&lookups, Some(merchant()))),
+        )
+        .await;
+        assert!(gave_up.is_err());
+        assert!(
+            cache
+                .lookups
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_empty()
+        );
+        let next = cache.merchant("hash_1", |_| look_up(&lookups, Some(merchant())));
+        assert!(next.await.is_ok_and(|m| m.is_some()));
     }
 }

@@ -1,14 +1,12 @@
 //! `Authorization: Bearer <api key>` → the merchant the key belongs to (through the key
 //! cache of [`crate::auth`]), then that merchant's rate limit (see [`crate::rate_limit`]).
 
-use std::time::Instant;
-
 use actix_web::dev::Payload;
 use actix_web::http::header;
 use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use futures_util::future::LocalBoxFuture;
 
-use crate::auth::{KEY_CACHE_TTL, Merchant};
+use crate::auth::Merchant;
 use crate::db::merchants::{find_by_api_key, hash_api_key};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -31,21 +29,14 @@ fn bearer_token(req: &HttpRequest) -> Option<String> {
 /// The merchant `token` authenticates, from the cache while it is fresh, else from the
 /// database.
 async fn merchant_for(state: &AppState, token: &str) -> Result<Merchant, ApiError> {
-    let key_hash = hash_api_key(token);
-    let asked_at = Instant::now();
-    if let Some(merchant) = state.api_keys.get(&key_hash, asked_at) {
-        return Ok(merchant);
-    }
-    let lookup = key_hash.clone();
-    let merchant = state
-        .db
-        .run(move |conn| find_by_api_key(conn, &lookup))
-        .await?
-        .ok_or(ApiError::Unauthorized)?;
+    let db = &state.db;
     state
         .api_keys
-        .insert(key_hash, merchant.clone(), asked_at + KEY_CACHE_TTL);
-    Ok(merchant)
+        .merchant(&hash_api_key(token), |key_hash| {
+            db.run(move |conn| find_by_api_key(conn, &key_hash))
+        })
+        .await?
+        .ok_or(ApiError::Unauthorized)
 }
 
 impl FromRequest for Authenticated {
