@@ -167,6 +167,11 @@ mod tests {
         Ok(found)
     }
 
+    fn no_lookup_lock_left(cache: &ApiKeyCache) -> bool {
+        let lookups = cache.lookups.lock().unwrap_or_else(PoisonError::into_inner);
+        lookups.is_empty()
+    }
+
     #[actix_web::test]
     async fn requests_that_miss_together_look_the_key_up_once() {
         let (cache, lookups) = (ApiKeyCache::default(), AtomicUsize::new(0));
@@ -181,13 +186,7 @@ mod tests {
         );
         assert_eq!(lookups.load(Ordering::SeqCst), 1);
         // Nobody waits any more: the key's lock is forgotten.
-        assert!(
-            cache
-                .lookups
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .is_empty()
-        );
+        assert!(no_lookup_lock_left(&cache));
 
         // Other keys are looked up on their own, not behind this one.
         let other = cache.merchant("hash_2", |_| look_up(&lookups, Some(merchant())));
@@ -215,13 +214,7 @@ mod tests {
         )
         .await;
         assert!(gave_up.is_err());
-        assert!(
-            cache
-                .lookups
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .is_empty()
-        );
+        assert!(no_lookup_lock_left(&cache));
         let next = cache.merchant("hash_1", |_| look_up(&lookups, Some(merchant())));
         assert!(next.await.is_ok_and(|m| m.is_some()));
     }
