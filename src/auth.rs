@@ -27,12 +27,15 @@ struct CachedKey {
     fresh_until: Instant,
 }
 
+/// The keys being looked up, each with the lock its lookups take turns on and how the last
+/// of them missed.
+type Lookups = Arc<Mutex<HashMap<String, Arc<TurnLock<Option<Miss>>>>>>;
+
 /// Keys that authenticated recently, by hash (see [`KEY_CACHE_TTL`]).
 #[derive(Default, Clone)]
 pub struct ApiKeyCache {
     keys: Arc<RwLock<HashMap<String, CachedKey>>>,
-    /// Keys being looked up, each with the lock its lookups take turns on.
-    lookups: Arc<Mutex<HashMap<String, Arc<TurnLock<()>>>>>,
+    lookups: Lookups,
 }
 
 impl ApiKeyCache {
@@ -42,11 +45,13 @@ impl ApiKeyCache {
     /// from `look_up` (the database), cached if found.
     ///
     /// One lookup per key at a time: requests that miss together (a cold instance under
-    /// load, a busy key's entry going stale) wait for the first lookup and take its answer
-    /// from the cache, instead of each sending the same query and each holding a blocking
-    /// thread while it waits for a connection; a storm on a cold instance started a hundred
-    /// of them. A key that is not found is not cached, so its requests still ask one at a
-    /// time.
+    /// load, a busy key's entry going stale) wait for the first lookup and take its answer,
+    /// instead of each sending the same query and each holding a blocking thread while it
+    /// waits for a connection; a storm on a cold instance started a hundred of them. Only a
+    /// lookup that began after a request arrived answers it (the key may have been created
+    /// or revoked before). A lookup that failed (the database away) is not taken in turns
+    /// again: every request waiting then asks at once, as it would without the cache, rather
+    /// than queue behind one timeout after another.
     pub async fn merchant<E, F, Fut>(
         &self,
         key_hash: &str,
@@ -56,24 +61,35 @@ impl ApiKeyCache {
         F: FnOnce(String) -> Fut,
         Fut: Future<Output = Result<Option<Merchant>, E>>,
     {
-        if let Some(merchant) = self.get(key_hash, Instant::now()) {
+        let arrived = Instant::now();
+        if let Some(merchant) = self.get(key_hash, arrived) {
             return Ok(Some(merchant));
         }
-        let _turn = self.turn(key_hash).await;
+        let mut turn = Some(self.turn(key_hash).await);
         // Freshness counts from before the lookup is sent (see KEY_CACHE_TTL).
         let asked_at = Instant::now();
         if let Some(merchant) = self.get(key_hash, asked_at) {
             return Ok(Some(merchant));
         }
-        let found = look_up(key_hash.to_owned()).await?;
-        if let Some(merchant) = &found {
-            self.insert(
-                key_hash.to_owned(),
-                merchant.clone(),
-                asked_at + KEY_CACHE_TTL,
-            );
+        match turn.as_ref().and_then(Turn::last_miss) {
+            Some(miss) if miss.asked_at >= arrived && !miss.failed => return Ok(None),
+            Some(miss) if miss.asked_at >= arrived => turn = None,
+            _ => {}
         }
-        Ok(found)
+        let found = look_up(key_hash.to_owned()).await;
+        match (&found, turn.as_mut()) {
+            (Ok(Some(merchant)), _) => {
+                self.insert(
+                    key_hash.to_owned(),
+                    merchant.clone(),
+                    asked_at + KEY_CACHE_TTL,
+                );
+            }
+            (Ok(None), Some(turn)) => turn.missed(asked_at, false),
+            (Err(_), Some(turn)) => turn.missed(asked_at, true),
+            _ => {}
+        }
+        found
     }
 
     /// Waits until no other lookup of this key runs; the lookup is this caller's until the
@@ -122,12 +138,32 @@ impl ApiKeyCache {
     }
 }
 
-/// A caller's turn to look a key up; the last one out forgets the key's lock.
+/// A lookup of a key that found no merchant: when it was sent, and whether it failed.
+#[derive(Clone, Copy)]
+struct Miss {
+    asked_at: Instant,
+    failed: bool,
+}
+
+/// A caller's turn to look a key up, with how the previous turn's lookup missed; the last
+/// one out forgets the key's lock.
 struct Turn {
-    lookups: Arc<Mutex<HashMap<String, Arc<TurnLock<()>>>>>,
+    lookups: Lookups,
     key_hash: String,
-    lock: Arc<TurnLock<()>>,
-    held: Option<OwnedMutexGuard<()>>,
+    lock: Arc<TurnLock<Option<Miss>>>,
+    held: Option<OwnedMutexGuard<Option<Miss>>>,
+}
+
+impl Turn {
+    fn last_miss(&self) -> Option<Miss> {
+        self.held.as_deref().copied().flatten()
+    }
+
+    fn missed(&mut self, asked_at: Instant, failed: bool) {
+        if let Some(held) = self.held.as_deref_mut() {
+            *held = Some(Miss { asked_at, failed });
+        }
+    }
 }
 
 impl Drop for Turn {
@@ -195,17 +231,45 @@ mod tests {
     }
 
     #[actix_web::test]
-    async fn an_unknown_key_is_asked_again_and_a_caller_that_gives_up_frees_its_turn() {
+    async fn an_unknown_key_is_answered_by_a_lookup_that_began_after_the_request_arrived() {
         let (cache, lookups) = (ApiKeyCache::default(), AtomicUsize::new(0));
         let answers =
-            join_all((0..5).map(|_| cache.merchant("nobody", |_| look_up(&lookups, None)))).await;
+            join_all((0..6).map(|_| cache.merchant("nobody", |_| look_up(&lookups, None)))).await;
         assert!(answers.iter().all(|a| matches!(a, Ok(None))));
-        assert_eq!(
-            lookups.load(Ordering::SeqCst),
-            5,
-            "a missing key is not cached"
-        );
+        // The first lookup began before the others arrived (the key may have been created
+        // since), so it answers only its own request; the second answers all the rest.
+        let asked = lookups.load(Ordering::SeqCst);
+        assert!((1..=2).contains(&asked), "{asked} lookups");
+    }
 
+    #[actix_web::test]
+    async fn after_a_failed_lookup_the_waiting_requests_ask_at_once_and_each_gets_its_error() {
+        let (cache, now, most) = (
+            ApiKeyCache::default(),
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+        );
+        let failing = |_| async {
+            let at_once = now.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(at_once, Ordering::SeqCst);
+            actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+            now.fetch_sub(1, Ordering::SeqCst);
+            Err::<Option<Merchant>, _>("database unavailable")
+        };
+        let answers = join_all((0..10).map(|_| cache.merchant("hash_1", failing))).await;
+        assert!(answers.iter().all(Result::is_err));
+        // Taken in turns, ten requests would wait ten timeouts; here two at most.
+        assert!(
+            most.load(Ordering::SeqCst) >= 8,
+            "{} at once",
+            most.load(Ordering::SeqCst)
+        );
+        assert!(no_lookup_lock_left(&cache));
+    }
+
+    #[actix_web::test]
+    async fn a_caller_that_gives_up_frees_its_turn() {
+        let (cache, lookups) = (ApiKeyCache::default(), AtomicUsize::new(0));
         // A caller dropped mid-lookup (its client hung up) neither blocks the next one nor
         // leaves its lock behind.
         let gave_up = actix_web::rt::time::timeout(
