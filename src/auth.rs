@@ -112,13 +112,13 @@ impl ApiKeyCache {
         turn
     }
 
-    pub(crate) fn get(&self, key_hash: &str, now: Instant) -> Option<Merchant> {
+    fn get(&self, key_hash: &str, now: Instant) -> Option<Merchant> {
         let keys = self.keys.read().ok()?;
         let cached = keys.get(key_hash)?;
         (now < cached.fresh_until).then(|| cached.merchant.clone())
     }
 
-    pub(crate) fn insert(&self, key_hash: String, merchant: Merchant, fresh_until: Instant) {
+    fn insert(&self, key_hash: String, merchant: Merchant, fresh_until: Instant) {
         if let Ok(mut keys) = self.keys.write() {
             if keys.len() >= Self::MAX_ENTRIES {
                 let now = Instant::now();

@@ -192,10 +192,11 @@ pub fn execute<O: Operation>(
     claim: O::Row,
     request: Option<RequestRef>,
 ) -> impl Future<Output = Result<Answer, ApiError>> + '_ {
-    lead_or_join_key::<O>(state, Box::new(claim), request)
+    execute_boxed::<O>(state, Box::new(claim), request)
 }
 
-async fn lead_or_join_key<O: Operation>(
+/// [`execute`] with the row on the heap.
+async fn execute_boxed<O: Operation>(
     state: &AppState,
     claim: Box<O::Row>,
     request: Option<RequestRef>,
@@ -277,17 +278,15 @@ async fn follow_key<O: Operation>(
     request: Option<RequestRef>,
     wait: Duration,
 ) -> Result<Answer, ApiError> {
-    let existing = {
-        let claim = claim.clone();
-        Box::pin(state.db.run(move |conn| O::find_by_key(conn, &claim)))
-            .await?
-            .ok_or_else(|| ApiError::internal("idempotency key conflict without a stored row"))?
-    };
-    if existing.fingerprint() != claim.fingerprint() {
+    // The row goes to the lookup: only its fingerprint is needed after.
+    let fingerprint = claim.fingerprint().to_owned();
+    let existing = Box::pin(state.db.run(move |conn| O::find_by_key(conn, &claim)))
+        .await?
+        .ok_or_else(|| ApiError::internal("idempotency key conflict without a stored row"))?;
+    if existing.fingerprint() != fingerprint {
         metrics::idempotency(O::resource(&existing), IdempotencyOutcome::Reused);
         return Err(ApiError::IdempotencyKeyReused);
     }
-    drop(claim);
     follow_existing::<O>(state, existing, request, wait).await
 }
 
