@@ -30,7 +30,7 @@ use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
 use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
 use crate::provider::{
-    CaptureRequest, ChargeUpdate, ChargeUpdateError, OutcomeUnknown, ProviderStatus,
+    CaptureRequest, ChargeUpdate, OutcomeUnknown, ProviderError, ProviderStatus,
 };
 use crate::state::AppState;
 
@@ -228,10 +228,8 @@ impl Operation for PaymentOperation {
                 "the provider answered status `{}`",
                 update.status.as_str()
             )))),
-            Err(ChargeUpdateError::Refused(why)) => {
-                Ok(Called::Final(OperationOutcome::Refused(why)))
-            }
-            Err(ChargeUpdateError::Unknown(unknown)) => Err(unknown),
+            Err(ProviderError::Refused(why)) => Ok(Called::Final(OperationOutcome::Refused(why))),
+            Err(ProviderError::Unknown(unknown)) => Err(unknown),
         }
     }
 

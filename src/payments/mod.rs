@@ -25,13 +25,24 @@ use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
 use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
-use crate::provider::{Charge, ChargeRequest, OutcomeUnknown, ProviderStatus};
+use crate::provider::{Charge, ChargeRequest, OutcomeUnknown, ProviderError, ProviderStatus};
 use crate::state::{AppState, PaymentWrites};
 
 pub use request::{CaptureMethod, NewPayment};
 pub use view::PaymentStatus;
 
 idempotent_record!(PaymentRow);
+
+/// What became of a charge at the provider: its answer, or its final refusal (a 4xx:
+/// nothing moved, and the payment fails with [`PROVIDER_REFUSED`]).
+#[derive(Debug, Clone)]
+pub enum Charged {
+    Answered(Charge),
+    Refused(String),
+}
+
+/// The `failure_code` of a payment whose charge the provider refused.
+pub const PROVIDER_REFUSED: &str = "provider_refused";
 
 /// Creating a payment, as an [`Operation`]: the row is the claim, the provider call is the
 /// charge (or the authorization, for a manual capture).
@@ -40,7 +51,7 @@ pub struct CreatePayment;
 impl Operation for CreatePayment {
     type Row = PaymentRow;
     type Call = ();
-    type Outcome = Charge;
+    type Outcome = Charged;
 
     fn resource(_: &PaymentRow) -> &'static str {
         "payment"
@@ -73,7 +84,7 @@ impl Operation for CreatePayment {
     async fn run_finish(
         state: &AppState,
         row: PaymentRow,
-        charge: Charge,
+        charge: Charged,
         request: Option<RequestRef>,
     ) -> Result<PaymentRow, DbError> {
         let Some(writes) = &state.payment_writes else {
@@ -129,7 +140,7 @@ impl Operation for CreatePayment {
         state: &AppState,
         row: &PaymentRow,
         _: &(),
-    ) -> Result<Called<Charge>, OutcomeUnknown> {
+    ) -> Result<Called<Charged>, OutcomeUnknown> {
         let request = ChargeRequest {
             amount: row.amount,
             currency: row.currency.clone(),
@@ -137,17 +148,20 @@ impl Operation for CreatePayment {
             reference: row.id.clone(),
             capture: row.capture_method != CaptureMethod::Manual.as_str(),
         };
-        let charge = state.provider.create_charge(&row.id, &request).await?;
-        Ok(match charge.status {
-            ProviderStatus::Pending => Called::Pending(Some(charge.id)),
-            _ => Called::Final(charge),
-        })
+        match state.provider.create_charge(&row.id, &request).await {
+            Ok(charge) if charge.status == ProviderStatus::Pending => {
+                Ok(Called::Pending(Some(charge.id)))
+            }
+            Ok(charge) => Ok(Called::Final(Charged::Answered(charge))),
+            Err(ProviderError::Refused(why)) => Ok(Called::Final(Charged::Refused(why))),
+            Err(ProviderError::Unknown(unknown)) => Err(unknown),
+        }
     }
 
     fn finish(
         conn: &mut DbConnection,
         row: &PaymentRow,
-        charge: &Charge,
+        charge: &Charged,
         request: Option<&RequestRef>,
     ) -> diesel::QueryResult<PaymentRow> {
         let (finished, body) = final_state(row.clone(), charge.clone(), now())
@@ -309,19 +323,22 @@ pub fn create_payment<'a>(
     operations::execute::<CreatePayment>(state, claim, origin)
 }
 
-/// The payment as the provider's final answer leaves it, with the response that every
+/// The payment as the provider's final answer (or refusal) leaves it, with the response that every
 /// retry of the original request replays from then on: 201 and the rendered payment. The
 /// request path and the webhook path both build it here, so whichever finishes a payment
 /// stores the same kind of answer. Returns the row and that body.
 pub fn final_state(
     mut row: PaymentRow,
-    charge: Charge,
+    charged: Charged,
     at: Timestamp,
 ) -> Result<(PaymentRow, String), ApiError> {
-    let status = match charge.status {
-        ProviderStatus::Succeeded => PaymentStatus::Succeeded,
-        ProviderStatus::RequiresCapture => PaymentStatus::RequiresCapture,
-        _ => PaymentStatus::Failed,
+    let status = match &charged {
+        Charged::Answered(charge) => match charge.status {
+            ProviderStatus::Succeeded => PaymentStatus::Succeeded,
+            ProviderStatus::RequiresCapture => PaymentStatus::RequiresCapture,
+            _ => PaymentStatus::Failed,
+        },
+        Charged::Refused(_) => PaymentStatus::Failed,
     };
     match status {
         PaymentStatus::Succeeded => row.amount_captured = row.amount,
@@ -332,9 +349,17 @@ pub fn final_state(
         _ => {}
     }
     row.status = status.as_str().to_owned();
-    row.provider_charge_id = Some(charge.id);
-    row.failure_code = charge.failure_code;
-    row.failure_message = charge.failure_message;
+    match charged {
+        Charged::Answered(charge) => {
+            row.provider_charge_id = Some(charge.id);
+            row.failure_code = charge.failure_code;
+            row.failure_message = charge.failure_message;
+        }
+        Charged::Refused(why) => {
+            row.failure_code = Some(PROVIDER_REFUSED.to_owned());
+            row.failure_message = Some(format!("the provider refused the charge: {why}"));
+        }
+    }
     row.lease_token = None;
     row.lease_expires_at = None;
     row.updated_at = at;

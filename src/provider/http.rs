@@ -1,6 +1,7 @@
 //! The provider over HTTP (`PROVIDER_URL`): every attempt has its own timeout, and
-//! connection errors, timeouts and 5xx are retried with exponential backoff and full
-//! jitter — always with the same idempotency key, so retrying can never charge twice.
+//! connection errors, timeouts, 5xx, 408 and 429 are retried with exponential backoff and
+//! full jitter — always with the same idempotency key, so retrying can never charge twice.
+//! Any other 4xx is the provider's final refusal of the operation: nothing moved.
 
 use std::time::Duration;
 
@@ -9,8 +10,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, ChargeUpdateError, OutcomeUnknown,
-    PaymentProvider, ProviderRefund, RefundRequest,
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, OutcomeUnknown, PaymentProvider,
+    ProviderError, ProviderRefund, RefundRequest,
 };
 
 pub struct HttpProvider {
@@ -47,18 +48,13 @@ enum Attempt<T> {
     Retry(String),
     /// Another attempt would get the same answer.
     GiveUp(String),
-    /// A 4xx refusing a capture or cancel: final, nothing moved.
+    /// A 4xx: the provider refused the operation, final, nothing moved.
     Refused(String),
 }
 
-/// How a call reads the provider's 4xx answers.
-#[derive(Clone, Copy)]
-enum Refusals {
-    /// Charges and refunds: a 409 may be the provider still working on the same key, so
-    /// it is retried; any other 4xx leaves the outcome unknown.
-    Retry409,
-    /// Captures and cancels: a 4xx other than 429 is the provider's final refusal.
-    Final,
+/// Statuses that say "not now" rather than "no": a 4xx is a final refusal except these.
+fn asks_to_retry(status: awc::http::StatusCode) -> bool {
+    status.is_server_error() || matches!(status.as_u16(), 408 | 429)
 }
 
 impl HttpProvider {
@@ -75,7 +71,6 @@ impl HttpProvider {
         path: &str,
         idempotency_key: &str,
         body: &B,
-        refusals: Refusals,
     ) -> Attempt<T> {
         let url = format!("{}{path}", self.base_url);
         let client = CLIENT.with(Clone::clone);
@@ -92,11 +87,11 @@ impl HttpProvider {
                 .limit(1024 * 1024)
                 .await
                 .map_err(|e| Attempt::Retry(format!("response body lost: {e}")))?;
-            let conflict_retried = matches!(refusals, Refusals::Retry409) && status.as_u16() == 409;
-            if status.is_server_error() || status.as_u16() == 429 || conflict_retried {
+            if asks_to_retry(status) {
                 return Err(Attempt::Retry(format!("provider answered {status}")));
             }
-            if status.is_client_error() && matches!(refusals, Refusals::Final) {
+            if status.is_client_error() {
+                tracing::warn!(path, %status, "provider refused");
                 let detail = String::from_utf8_lossy(&bytes)
                     .chars()
                     .take(200)
@@ -118,19 +113,19 @@ impl HttpProvider {
         }
     }
 
+    /// One call, attempted up to `max_attempts` times with the same idempotency key.
     async fn call<B: Serialize, T: DeserializeOwned>(
         &self,
         path: &str,
         idempotency_key: &str,
         body: &B,
-        refusals: Refusals,
-    ) -> Result<T, ChargeUpdateError> {
+    ) -> Result<T, ProviderError> {
         let mut last = String::new();
         for attempt in 0..self.max_attempts {
             if attempt > 0 {
                 actix_web::rt::time::sleep(backoff(attempt - 1)).await;
             }
-            match self.attempt(path, idempotency_key, body, refusals).await {
+            match self.attempt(path, idempotency_key, body).await {
                 Attempt::Done(value) => return Ok(value),
                 Attempt::Retry(why) => {
                     tracing::warn!(path, attempt = attempt + 1, reason = %why, "provider attempt failed");
@@ -140,30 +135,10 @@ impl HttpProvider {
                     tracing::error!(path, reason = %why, "provider call failed");
                     return Err(OutcomeUnknown(why).into());
                 }
-                Attempt::Refused(why) => {
-                    tracing::warn!(path, reason = %why, "provider refused");
-                    return Err(ChargeUpdateError::Refused(why));
-                }
+                Attempt::Refused(why) => return Err(ProviderError::Refused(why)),
             }
         }
         Err(OutcomeUnknown(last).into())
-    }
-
-    /// A charge or refund: no refusal is final (see [`Refusals::Retry409`]).
-    async fn move_money<B: Serialize, T: DeserializeOwned>(
-        &self,
-        path: &str,
-        idempotency_key: &str,
-        body: &B,
-    ) -> Result<T, OutcomeUnknown> {
-        match self
-            .call(path, idempotency_key, body, Refusals::Retry409)
-            .await
-        {
-            Ok(value) => Ok(value),
-            Err(ChargeUpdateError::Unknown(unknown)) => Err(unknown),
-            Err(ChargeUpdateError::Refused(why)) => Err(OutcomeUnknown(why)),
-        }
     }
 }
 
@@ -172,16 +147,16 @@ impl PaymentProvider for HttpProvider {
         &'a self,
         idempotency_key: &'a str,
         request: &'a ChargeRequest,
-    ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>> {
-        Box::pin(self.move_money("/v1/charges", idempotency_key, request))
+    ) -> LocalBoxFuture<'a, Result<Charge, ProviderError>> {
+        Box::pin(self.call("/v1/charges", idempotency_key, request))
     }
 
     fn create_refund<'a>(
         &'a self,
         idempotency_key: &'a str,
         request: &'a RefundRequest,
-    ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>> {
-        Box::pin(self.move_money("/v1/refunds", idempotency_key, request))
+    ) -> LocalBoxFuture<'a, Result<ProviderRefund, ProviderError>> {
+        Box::pin(self.call("/v1/refunds", idempotency_key, request))
     }
 
     fn capture_charge<'a>(
@@ -189,11 +164,10 @@ impl PaymentProvider for HttpProvider {
         idempotency_key: &'a str,
         charge_id: &'a str,
         request: &'a CaptureRequest,
-    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
         Box::pin(async move {
             let path = format!("/v1/charges/{charge_id}/capture");
-            self.call(&path, idempotency_key, request, Refusals::Final)
-                .await
+            self.call(&path, idempotency_key, request).await
         })
     }
 
@@ -201,12 +175,11 @@ impl PaymentProvider for HttpProvider {
         &'a self,
         idempotency_key: &'a str,
         charge_id: &'a str,
-    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
         Box::pin(async move {
             let path = format!("/v1/charges/{charge_id}/cancel");
             let empty = serde_json::json!({});
-            self.call(&path, idempotency_key, &empty, Refusals::Final)
-                .await
+            self.call(&path, idempotency_key, &empty).await
         })
     }
 }

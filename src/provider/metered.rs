@@ -5,8 +5,8 @@ use std::time::Instant;
 use futures_util::future::LocalBoxFuture;
 
 use super::{
-    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, ChargeUpdateError, OutcomeUnknown,
-    PaymentProvider, ProviderRefund, ProviderStatus, RefundRequest,
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, PaymentProvider, ProviderError,
+    ProviderRefund, ProviderStatus, RefundRequest,
 };
 
 /// Counts and times every call through the [`PaymentProvider`] port, whichever flow makes
@@ -23,39 +23,21 @@ impl MeteredProvider {
 }
 
 /// Times one provider call and counts it by the provider's status (or `unknown`, or
-/// `refused` for a final 4xx refusal of a capture or cancel).
-async fn metered<T, E: MeteredError>(
+/// `refused` for a final 4xx refusal).
+async fn metered<T>(
     operation: &'static str,
-    call: impl std::future::Future<Output = Result<T, E>>,
+    call: impl std::future::Future<Output = Result<T, ProviderError>>,
     status: impl Fn(&T) -> ProviderStatus,
-) -> Result<T, E> {
+) -> Result<T, ProviderError> {
     let started = Instant::now();
     let result = call.await;
     let outcome = match &result {
         Ok(answer) => status(answer).as_str(),
-        Err(e) => e.label(),
+        Err(ProviderError::Unknown(_)) => "unknown",
+        Err(ProviderError::Refused(_)) => "refused",
     };
     crate::metrics::provider_call(operation, outcome, started.elapsed());
     result
-}
-
-trait MeteredError {
-    fn label(&self) -> &'static str;
-}
-
-impl MeteredError for OutcomeUnknown {
-    fn label(&self) -> &'static str {
-        "unknown"
-    }
-}
-
-impl MeteredError for ChargeUpdateError {
-    fn label(&self) -> &'static str {
-        match self {
-            Self::Unknown(_) => "unknown",
-            Self::Refused(_) => "refused",
-        }
-    }
 }
 
 impl PaymentProvider for MeteredProvider {
@@ -63,7 +45,7 @@ impl PaymentProvider for MeteredProvider {
         &'a self,
         idempotency_key: &'a str,
         request: &'a ChargeRequest,
-    ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>> {
+    ) -> LocalBoxFuture<'a, Result<Charge, ProviderError>> {
         Box::pin(metered(
             "charge",
             self.inner.create_charge(idempotency_key, request),
@@ -75,7 +57,7 @@ impl PaymentProvider for MeteredProvider {
         &'a self,
         idempotency_key: &'a str,
         request: &'a RefundRequest,
-    ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>> {
+    ) -> LocalBoxFuture<'a, Result<ProviderRefund, ProviderError>> {
         Box::pin(metered(
             "refund",
             self.inner.create_refund(idempotency_key, request),
@@ -88,7 +70,7 @@ impl PaymentProvider for MeteredProvider {
         idempotency_key: &'a str,
         charge_id: &'a str,
         request: &'a CaptureRequest,
-    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
         Box::pin(metered(
             "capture",
             self.inner
@@ -101,7 +83,7 @@ impl PaymentProvider for MeteredProvider {
         &'a self,
         idempotency_key: &'a str,
         charge_id: &'a str,
-    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
         Box::pin(metered(
             "cancel",
             self.inner.cancel_charge(idempotency_key, charge_id),

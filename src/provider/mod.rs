@@ -141,13 +141,14 @@ mod tests {
 #[error("provider outcome unknown: {0}")]
 pub struct OutcomeUnknown(pub String);
 
-/// Why a capture or cancel did not happen.
+/// Why a provider call gave no answer.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum ChargeUpdateError {
-    /// As for any call: ask again later with the same key.
+pub enum ProviderError {
+    /// Ask again later with the same key.
     #[error(transparent)]
     Unknown(#[from] OutcomeUnknown),
-    /// A 4xx (e.g. 409, the charge is no longer capturable): a final refusal, nothing moved.
+    /// A 4xx (e.g. 409 for a charge that is no longer capturable, 400 for a request the
+    /// provider will not take): a final refusal of the operation, nothing moved (CONTRACT §7).
     #[error("provider refused: {0}")]
     Refused(String),
 }
@@ -159,7 +160,7 @@ pub trait PaymentProvider: Send + Sync + 'static {
         &'a self,
         idempotency_key: &'a str,
         request: &'a ChargeRequest,
-    ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>>;
+    ) -> LocalBoxFuture<'a, Result<Charge, ProviderError>>;
 
     /// Refunds at most once per `idempotency_key` (our refund id): the same key again
     /// returns the first result and moves no money.
@@ -167,7 +168,7 @@ pub trait PaymentProvider: Send + Sync + 'static {
         &'a self,
         idempotency_key: &'a str,
         request: &'a RefundRequest,
-    ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>>;
+    ) -> LocalBoxFuture<'a, Result<ProviderRefund, ProviderError>>;
 
     /// Captures `amount` of an authorized charge, at most once per `idempotency_key` (our
     /// capture's id); the rest of the authorization is released.
@@ -176,12 +177,12 @@ pub trait PaymentProvider: Send + Sync + 'static {
         idempotency_key: &'a str,
         charge_id: &'a str,
         request: &'a CaptureRequest,
-    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>>;
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>>;
 
     /// Releases an authorized charge without charging, at most once per `idempotency_key`.
     fn cancel_charge<'a>(
         &'a self,
         idempotency_key: &'a str,
         charge_id: &'a str,
-    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>>;
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>>;
 }

@@ -2,19 +2,21 @@
 //! [`Simulator`] core the service uses in-process. `provider-sim` runs it; tests start it
 //! on port 0 and steer its faults.
 
+use std::collections::VecDeque;
 use std::net::TcpListener;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use actix_web::dev::Server;
+use actix_web::http::StatusCode;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    CaptureRequest, ChargeRequest, ChargeUpdateError, InProcessProvider, PaymentProvider,
+    CaptureRequest, ChargeRequest, InProcessProvider, PaymentProvider, ProviderError,
     RefundRequest, Simulator, WebhookDelivery,
 };
 
@@ -34,6 +36,8 @@ pub struct Faults {
     pub drop_next: AtomicU32,
     /// Answer 503 to everything without charging.
     pub down: AtomicBool,
+    /// Refuse the next calls, one each, with these 4xx statuses (in order), moving nothing.
+    pub refuse_next: Mutex<VecDeque<u16>>,
     /// Charge calls that arrived over HTTP, whatever became of them.
     pub http_calls: AtomicU64,
     /// Money-moving calls being answered now, and the most there were at once.
@@ -59,6 +63,15 @@ impl Faults {
 
     fn should_fail(&self) -> bool {
         Self::take(&self.fail_next) || Self::roll(&self.fail_rate_ppm)
+    }
+
+    fn refusal(&self) -> Option<StatusCode> {
+        let status = self
+            .refuse_next
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front()?;
+        StatusCode::from_u16(status).ok()
     }
 
     fn should_drop(&self) -> bool {
@@ -89,7 +102,7 @@ struct SimState {
     faults: Arc<Faults>,
 }
 
-fn error(status: actix_web::http::StatusCode, message: &str) -> HttpResponse {
+fn error(status: StatusCode, message: &str) -> HttpResponse {
     HttpResponse::build(status).json(serde_json::json!({"error": {"message": message}}))
 }
 
@@ -113,9 +126,8 @@ async fn money_call<Req, Res, F>(
 where
     Req: DeserializeOwned,
     Res: Serialize,
-    F: AsyncFnOnce(&InProcessProvider, &str, &Req) -> Result<Res, ChargeUpdateError>,
+    F: AsyncFnOnce(&InProcessProvider, &str, &Req) -> Result<Res, ProviderError>,
 {
-    use actix_web::http::StatusCode;
     state.faults.http_calls.fetch_add(1, Ordering::SeqCst);
     let _answering = state.faults.answering();
     if state.faults.down.load(Ordering::SeqCst) {
@@ -134,9 +146,12 @@ where
             "simulated failure (nothing moved)",
         );
     }
+    if let Some(status) = state.faults.refusal() {
+        return error(status, "simulated refusal (nothing moved)");
+    }
     let result = match call(&state.provider, &key, &request).await {
         Ok(result) => result,
-        Err(ChargeUpdateError::Refused(why)) => return error(StatusCode::CONFLICT, &why),
+        Err(ProviderError::Refused(why)) => return error(StatusCode::CONFLICT, &why),
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     };
     if state.faults.should_drop() {
@@ -159,9 +174,7 @@ async fn create_charge(
         &state,
         &req,
         &body,
-        async |p: &InProcessProvider, key: &str, r: &ChargeRequest| {
-            Ok(p.create_charge(key, r).await?)
-        },
+        async |p: &InProcessProvider, key: &str, r: &ChargeRequest| p.create_charge(key, r).await,
     )
     .await
 }
@@ -175,9 +188,7 @@ async fn create_refund(
         &state,
         &req,
         &body,
-        async |p: &InProcessProvider, key: &str, r: &RefundRequest| {
-            Ok(p.create_refund(key, r).await?)
-        },
+        async |p: &InProcessProvider, key: &str, r: &RefundRequest| p.create_refund(key, r).await,
     )
     .await
 }

@@ -10,8 +10,8 @@ use futures_util::future::LocalBoxFuture;
 use super::journal::{Journal, Text};
 use super::webhook_delivery::{WebhookDelivery, charge_event};
 use super::{
-    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, ChargeUpdateError, OutcomeUnknown,
-    PaymentProvider, ProviderRefund, ProviderStatus, RefundRequest,
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, PaymentProvider, ProviderError,
+    ProviderRefund, ProviderStatus, RefundRequest,
 };
 
 #[derive(Default)]
@@ -368,7 +368,7 @@ impl PaymentProvider for InProcessProvider {
         &'a self,
         idempotency_key: &'a str,
         request: &'a ChargeRequest,
-    ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>> {
+    ) -> LocalBoxFuture<'a, Result<Charge, ProviderError>> {
         Box::pin(async move {
             // The money moves first, the answer takes its time: a request that dies while
             // waiting has already charged, which is what recovery must cope with.
@@ -387,7 +387,7 @@ impl PaymentProvider for InProcessProvider {
         &'a self,
         idempotency_key: &'a str,
         request: &'a RefundRequest,
-    ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>> {
+    ) -> LocalBoxFuture<'a, Result<ProviderRefund, ProviderError>> {
         Box::pin(async move {
             // As for charges: the money moves first, then the answer takes its time.
             let refund = self.simulator.refund(idempotency_key, request);
@@ -403,7 +403,7 @@ impl PaymentProvider for InProcessProvider {
         idempotency_key: &'a str,
         charge_id: &'a str,
         request: &'a CaptureRequest,
-    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
         self.update_later(
             idempotency_key,
             charge_id,
@@ -415,7 +415,7 @@ impl PaymentProvider for InProcessProvider {
         &'a self,
         idempotency_key: &'a str,
         charge_id: &'a str,
-    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
         self.update_later(idempotency_key, charge_id, ChargeMove::Cancel)
     }
 }
@@ -427,7 +427,7 @@ impl InProcessProvider {
         idempotency_key: &'a str,
         charge_id: &'a str,
         change: ChargeMove,
-    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
         Box::pin(async move {
             let answer = self
                 .simulator
@@ -435,7 +435,7 @@ impl InProcessProvider {
             if !self.latency.is_zero() {
                 actix_web::rt::time::sleep(self.latency).await;
             }
-            answer.map_err(ChargeUpdateError::Refused)
+            answer.map_err(ProviderError::Refused)
         })
     }
 }

@@ -30,7 +30,10 @@ use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
 use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
-use crate::provider::{OutcomeUnknown, ProviderRefund, ProviderStatus, RefundRequest};
+use crate::payments::PROVIDER_REFUSED;
+use crate::provider::{
+    OutcomeUnknown, ProviderError, ProviderRefund, ProviderStatus, RefundRequest,
+};
 use crate::state::AppState;
 
 pub use request::{NewRefund, RefundReason};
@@ -212,7 +215,17 @@ impl Operation for CreateRefund {
             amount: row.amount,
             reference: row.id.clone(),
         };
-        let refund = state.provider.create_refund(&row.id, &request).await?;
+        let refund = match state.provider.create_refund(&row.id, &request).await {
+            Ok(refund) => refund,
+            // A final refusal: nothing moved, the refund fails and its amount is free again.
+            Err(ProviderError::Refused(_)) => {
+                return Ok(Called::Final(RefundOutcome::Failed {
+                    provider_refund_id: None,
+                    failure_code: Some(PROVIDER_REFUSED.to_owned()),
+                }));
+            }
+            Err(ProviderError::Unknown(unknown)) => return Err(unknown),
+        };
         let id = refund.id.clone();
         Ok(match RefundOutcome::from_provider(refund) {
             Some(outcome) => Called::Final(outcome),

@@ -19,7 +19,7 @@ use crate::db::{Db, DbConnection, DbError};
 use crate::domain::{Timestamp, now, sha256_hex};
 use crate::error::ApiError;
 use crate::metrics::{self, WebhookOutcome};
-use crate::payments::{PaymentStatus, final_state};
+use crate::payments::{Charged, PaymentStatus, final_state};
 use crate::provider::{Charge, ProviderStatus};
 use crate::refunds::{self, OutcomeApplied, RefundOutcome};
 use crate::state::AppState;
@@ -296,7 +296,7 @@ fn finish_payment(
         failure_code: data.failure_code,
         failure_message: data.failure_message,
     };
-    let (final_row, body) = final_state(row.clone(), charge, at)
+    let (final_row, body) = final_state(row.clone(), Charged::Answered(charge), at)
         .map_err(|e| diesel::result::Error::QueryBuilderError(e.to_string().into()))?;
     // Guarded by `status = 'processing'`: if the request path finished it meanwhile, its
     // stored answer stands (and its event is the payment's one event).

@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use payments_api::db::events as event_rows;
 use payments_api::db::payments::{self as payment_rows, FinalState, PaymentRow};
 use payments_api::domain::{PaymentId, RequestRef, now, sha256_hex};
-use payments_api::payments::final_state;
+use payments_api::payments::{Charged, final_state};
 use payments_api::provider::{Charge, ProviderStatus};
 use payments_api::state::PaymentWrites;
 use serde_json::json;
@@ -153,7 +153,7 @@ fn finished(row: &PaymentRow, status: ProviderStatus, made_by: &str) -> FinalSta
         failure_code: None,
         failure_message: None,
     };
-    let (row, body) = final_state(row.clone(), charge, now()).unwrap();
+    let (row, body) = final_state(row.clone(), Charged::Answered(charge), now()).unwrap();
     FinalState {
         row,
         body,

@@ -46,6 +46,81 @@ async fn a_provider_500_is_retried_with_the_same_key_and_charges_once() {
     assert_eq!(app.charges(), 1);
 }
 
+/// A 4xx other than 408/429 is the provider's final refusal (CONTRACT §7): nothing moved, so
+/// the payment fails at once and nobody asks again, neither a retry nor the recovery
+/// worker. A 429 before it is only "not now": retried with the same key, like a 5xx.
+#[actix_web::test]
+async fn a_charge_the_provider_refuses_fails_at_once_and_is_not_asked_again() {
+    let provider = spawn_provider().await;
+    provider
+        .faults
+        .refuse_next
+        .lock()
+        .unwrap()
+        .extend([429, 409]);
+    let app = spawn_app_with_provider(&provider, |s| {
+        s.provider_max_attempts = 3;
+        s.processing_lease = Duration::from_millis(200);
+        s.recovery_interval = Duration::from_millis(100);
+    })
+    .await;
+    let calls = || provider.faults.http_calls.load(Ordering::SeqCst);
+
+    let response = app.post_payment("refused", &visa(1500)).await;
+    assert_eq!(response.status, 201, "{}", response.text());
+    let payment = response.json();
+    assert_eq!(payment["status"], "failed");
+    assert_eq!(payment["failure_code"], "provider_refused");
+    assert_eq!(payment["provider_charge_id"], Value::Null);
+    assert_eq!(calls(), 2, "the 429 retried, the 409 final");
+    assert!(provider.simulator.charges().is_empty());
+
+    // Leases and recovery passes come and go: the payment is final, nobody asks again.
+    actix_web::rt::time::sleep(Duration::from_millis(600)).await;
+    let retry = app.post_payment("refused", &visa(1500)).await;
+    assert_eq!(retry.status, 201);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retry.body, response.body);
+    assert_eq!(calls(), 2);
+    let events = app.events_of(payment["id"].as_str().unwrap()).await;
+    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(types, ["payment.failed"]);
+}
+
+/// A refund the provider refuses fails at once, and its amount is free again.
+#[actix_web::test]
+async fn a_refund_the_provider_refuses_fails_and_frees_its_amount() {
+    let provider = spawn_provider().await;
+    let app = spawn_app_with_provider(&provider, |s| s.provider_max_attempts = 3).await;
+    let payment_id = app.paid_payment(1000).await;
+    provider.faults.refuse_next.lock().unwrap().push_back(422);
+    let calls_before = provider.faults.http_calls.load(Ordering::SeqCst);
+
+    let refused = app
+        .post_refund(&payment_id, "refused", &serde_json::json!({"amount": 400}))
+        .await;
+    assert_eq!(refused.status, 201, "{}", refused.text());
+    let refund = refused.json();
+    assert_eq!(refund["status"], "failed");
+    assert_eq!(refund["failure_code"], "provider_refused");
+    assert_eq!(refund["provider_refund_id"], Value::Null);
+    assert_eq!(
+        provider.faults.http_calls.load(Ordering::SeqCst),
+        calls_before + 1
+    );
+    assert!(app.provider_refunds().is_empty());
+    assert_eq!(app.refund_totals(&payment_id).await, (0, 0));
+
+    // All of the payment is still refundable.
+    let full = app
+        .post_refund(&payment_id, "full", &serde_json::json!({}))
+        .await;
+    assert_eq!(full.status, 201, "{}", full.text());
+    assert_eq!(full.json()["amount"], 1000);
+    assert_eq!(app.refund_totals(&payment_id).await, (1000, 1000));
+    assert_eq!(app.provider_refunds().len(), 1);
+}
+
 #[actix_web::test]
 async fn a_dropped_response_is_retried_and_the_charge_is_not_repeated() {
     let provider = spawn_provider().await;

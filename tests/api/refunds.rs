@@ -6,8 +6,8 @@ use futures_util::future::{LocalBoxFuture, join, join_all};
 use payments_api::auth::Merchant;
 use payments_api::domain::{Amount, IdempotencyKey, PaymentId};
 use payments_api::provider::{
-    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, ChargeUpdateError, OutcomeUnknown,
-    PaymentProvider, ProviderRefund, RefundRequest,
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, OutcomeUnknown, PaymentProvider,
+    ProviderError, ProviderRefund, RefundRequest,
 };
 
 use payments_api::refunds::{self, NewRefund, OutcomeApplied, RefundOutcome};
@@ -485,16 +485,16 @@ impl PaymentProvider for Unreachable {
         &'a self,
         _: &'a str,
         _: &'a ChargeRequest,
-    ) -> LocalBoxFuture<'a, Result<Charge, OutcomeUnknown>> {
-        Box::pin(async { Err(OutcomeUnknown("timed out".into())) })
+    ) -> LocalBoxFuture<'a, Result<Charge, ProviderError>> {
+        Box::pin(async { Err(OutcomeUnknown("timed out".into()).into()) })
     }
 
     fn create_refund<'a>(
         &'a self,
         _: &'a str,
         _: &'a RefundRequest,
-    ) -> LocalBoxFuture<'a, Result<ProviderRefund, OutcomeUnknown>> {
-        Box::pin(async { Err(OutcomeUnknown("timed out".into())) })
+    ) -> LocalBoxFuture<'a, Result<ProviderRefund, ProviderError>> {
+        Box::pin(async { Err(OutcomeUnknown("timed out".into()).into()) })
     }
 
     fn capture_charge<'a>(
@@ -502,7 +502,7 @@ impl PaymentProvider for Unreachable {
         _: &'a str,
         _: &'a str,
         _: &'a CaptureRequest,
-    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
         Box::pin(async { Err(OutcomeUnknown("timed out".into()).into()) })
     }
 
@@ -510,7 +510,7 @@ impl PaymentProvider for Unreachable {
         &'a self,
         _: &'a str,
         _: &'a str,
-    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ChargeUpdateError>> {
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
         Box::pin(async { Err(OutcomeUnknown("timed out".into()).into()) })
     }
 }
