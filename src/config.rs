@@ -47,6 +47,8 @@ pub struct Settings {
     pub recovery_interval: Duration,
     pub idempotency_wait: Duration,
     pub log_format: LogFormat,
+    /// `RUST_LOG`: which logs are written (`info` when unset).
+    pub log_filter: String,
     /// HTTP worker threads; `None` = one per core.
     pub workers: Option<usize>,
     /// How long a `requires_capture` payment stays capturable before the service cancels it.
@@ -197,6 +199,17 @@ impl Settings {
             }
         };
 
+        let log_filter = get("RUST_LOG")
+            .map(|filter| filter.trim().to_owned())
+            .filter(|filter| !filter.is_empty())
+            .unwrap_or_else(|| "info".to_owned());
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_filter) {
+            return Err(ConfigError::new(
+                "RUST_LOG",
+                format!("expected a log filter such as \"info\" or \"payments_api=debug\": {e}"),
+            ));
+        }
+
         let bootstrap_api_key = get("BOOTSTRAP_API_KEY");
         if let Some(key) = &bootstrap_api_key
             && (key.len() < 16 || key.bytes().any(|b| !b.is_ascii_graphic()))
@@ -239,6 +252,7 @@ impl Settings {
             recovery_interval: millis("RECOVERY_INTERVAL_MS", 5000, 1)?,
             idempotency_wait: millis("IDEMPOTENCY_WAIT_MS", 2000, 0)?,
             log_format,
+            log_filter,
             workers: match get("WORKERS") {
                 None => None,
                 Some(_) => Some(number("WORKERS", 1, 1..=256)? as usize),
@@ -356,6 +370,7 @@ mod tests {
             ("PROCESSING_LEASE_MS", "-5"),
             ("IDEMPOTENCY_WAIT_MS", "2s"),
             ("LOG_FORMAT", "xml"),
+            ("RUST_LOG", "[[["),
             ("PROVIDER_URL", "ftp://x"),
             ("PROVIDER_ASYNC_DELAY_MS", "soon"),
             ("WEBHOOK_SECRETS", "not-a-secret"),

@@ -112,7 +112,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => {
-            telemetry::init(settings.log_format);
+            telemetry::init(settings.log_format, &settings.log_filter);
             serve(settings)
         }
         // The other commands log nothing: their stdout is their output, for scripts.

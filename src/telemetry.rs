@@ -4,8 +4,9 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
-pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// `filter` is `RUST_LOG`, checked with the other settings.
+pub fn init(format: LogFormat, filter: &str) {
+    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     // A second init (tests) is harmless: the first subscriber stays.
     let _ = match format {

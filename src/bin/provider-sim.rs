@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use clap::Parser;
 use payments_api::config::LogFormat;
 use payments_api::provider::sim_server::{self, Faults};
 use payments_api::provider::{RetryPolicy, Simulator, WebhookDelivery};
@@ -36,13 +37,38 @@ fn millis(name: &'static str) -> Result<u64, String> {
     }
 }
 
+/// The simulated payment provider over HTTP (CONTRACT §7): charges, captures, cancels and
+/// refunds, once per idempotency key, with a ledger at GET /v1/charges and GET /v1/refunds.
+///
+/// Settings, from the environment: PROVIDER_SIM_BIND (default 127.0.0.1:9090), WEBHOOK_URL
+/// and WEBHOOK_SECRET (where and how its webhooks are signed and sent; both or neither),
+/// PROVIDER_LATENCY_MS, PROVIDER_ASYNC_DELAY_MS (default 1000), PROVIDER_FAIL_RATE (answer
+/// 500 without charging, 0 to 1), PROVIDER_DROP_RATE (charge, then never answer, 0 to 1),
+/// RUST_LOG, LOG_FORMAT (pretty or json).
+#[derive(Parser)]
+#[command(name = "provider-sim", version)]
+struct Cli {}
+
 fn main() -> ExitCode {
+    // Usage errors exit 2, `--help` and `--version` 0, before any setting is read.
+    Cli::parse();
     let _ = dotenvy::dotenv();
-    let format = match setting("LOG_FORMAT").as_deref() {
+    let format = match setting("LOG_FORMAT").as_deref().map(str::trim) {
+        None | Some("pretty") => LogFormat::Pretty,
         Some("json") => LogFormat::Json,
-        _ => LogFormat::Pretty,
+        Some(other) => {
+            eprintln!(
+                "provider-sim: invalid value for LOG_FORMAT: expected \"pretty\" or \"json\", got {other:?}"
+            );
+            return ExitCode::from(2);
+        }
     };
-    telemetry::init(format);
+    let filter = setting("RUST_LOG").unwrap_or_else(|| "info".to_owned());
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(filter.trim()) {
+        eprintln!("provider-sim: invalid value for RUST_LOG: {e}");
+        return ExitCode::from(2);
+    }
+    telemetry::init(format, filter.trim());
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

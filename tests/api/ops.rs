@@ -757,6 +757,40 @@ async fn a_bad_setting_stops_the_start_and_names_the_variable() {
     assert!(stderr.contains("soon"), "{stderr}");
 }
 
+/// `provider-sim` too: `--help` describes it and exits 0 (it does not start serving); a
+/// bad argument or setting stops it with exit 2 and a message naming the setting.
+#[actix_web::test]
+async fn provider_sim_has_help_and_a_bad_setting_stops_it() {
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        Command::new(env!("CARGO_BIN_EXE_provider-sim"))
+            .current_dir(std::env::temp_dir())
+            .env_clear()
+            // Never serves: were a setting let through, it would stop at the address.
+            .env("PROVIDER_SIM_BIND", "nowhere")
+            .envs(env.iter().copied())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("the binary runs")
+    };
+    let help = run(&["--help"], &[]);
+    assert_eq!(help.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&help.stdout);
+    assert!(stdout.contains("Usage: provider-sim"), "{stdout}");
+    assert!(stdout.contains("PROVIDER_FAIL_RATE"), "{stdout}");
+    assert_eq!(run(&["--bogus"], &[]).status.code(), Some(2));
+    for (name, value) in [
+        ("RUST_LOG", "[[["),
+        ("LOG_FORMAT", "xml"),
+        ("PROVIDER_FAIL_RATE", "2"),
+    ] {
+        let output = run(&[], &[(name, value)]);
+        assert_eq!(output.status.code(), Some(2), "{name}={value}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(name), "{stderr}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // The database goes away and comes back
 
