@@ -48,7 +48,7 @@ pub fn connect_and_migrate(settings: &Settings) -> Result<Db, StartupError> {
     let target = DatabaseTarget::parse(&settings.database_url)
         .map_err(|why| crate::config::ConfigError::new("DATABASE_URL", why))?;
     let pool = db::build_pool(
-        target,
+        target.clone(),
         settings.database_pool_size,
         settings.database_prepared_statements,
     )
@@ -57,7 +57,8 @@ pub fn connect_and_migrate(settings: &Settings) -> Result<Db, StartupError> {
         .get()
         .map_err(|e| StartupError::Database(format!("cannot connect to the database: {e}")))?;
     db::run_migrations(&mut conn).map_err(StartupError::Database)?;
-    Ok(Db::new(pool))
+    drop(conn);
+    Ok(Db::for_target(pool, &target))
 }
 
 impl Application {

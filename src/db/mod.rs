@@ -627,11 +627,32 @@ impl From<DbError> for crate::error::ApiError {
 #[derive(Clone)]
 pub struct Db {
     pool: Pool,
+    /// How long a caller waits for [`Db::run`]: none on SQLite (a local file, whose waits
+    /// are bounded by its busy timeout), [`SERVER_DEADLINE`] on PostgreSQL.
+    deadline: Option<Duration>,
 }
 
+/// How long a caller waits for a PostgreSQL server (a pooled connection, then its
+/// statements) before answering 503 (CONTRACT §2: within 5 s, never a hang). The network
+/// settings of [`PG_NETWORK_DEFAULTS`] end a connection whose packets go unanswered, but not
+/// one to a server (or a pooler) that accepts them and never answers; that connection's
+/// thread waits on, the request does not. What it was writing may still commit: the caller
+/// has answered 503, as for a connection lost after COMMIT, and a retry finds the row.
+pub const SERVER_DEADLINE: Duration = Duration::from_secs(4);
+
 impl Db {
+    /// A database whose calls wait as long as they take (SQLite; tests).
     pub fn new(pool: Pool) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            deadline: None,
+        }
+    }
+
+    /// The database of `target`: PostgreSQL calls give up after [`SERVER_DEADLINE`].
+    pub fn for_target(pool: Pool, target: &DatabaseTarget) -> Self {
+        let deadline = matches!(target, DatabaseTarget::Postgres(_)).then_some(SERVER_DEADLINE);
+        Self { pool, deadline }
     }
 
     pub fn pool(&self) -> &Pool {
@@ -644,7 +665,7 @@ impl Db {
         T: Send + 'static,
     {
         let pool = self.pool.clone();
-        actix_web::rt::task::spawn_blocking(move || {
+        let task = actix_web::rt::task::spawn_blocking(move || {
             let mut conn = pool
                 .get()
                 .map_err(|e| DbError::Unavailable(e.to_string()))?;
@@ -655,8 +676,17 @@ impl Db {
                 conn.lose();
             }
             result.map_err(DbError::from)
-        })
-        .await
-        .map_err(|_| DbError::TaskFailed)?
+        });
+        let Some(deadline) = self.deadline else {
+            return task.await.map_err(|_| DbError::TaskFailed)?;
+        };
+        // Dropping the handle leaves the task running on its thread, with its connection.
+        match actix_web::rt::time::timeout(deadline, task).await {
+            Ok(joined) => joined.map_err(|_| DbError::TaskFailed)?,
+            Err(_) => Err(DbError::Unavailable(format!(
+                "no answer within {} ms",
+                deadline.as_millis()
+            ))),
+        }
     }
 }

@@ -800,6 +800,8 @@ async fn provider_sim_has_help_and_a_bad_setting_stops_it() {
 pub(crate) struct Proxy {
     port: u16,
     up: Arc<AtomicBool>,
+    /// Connections stay open and nothing is forwarded (see [`Proxy::freeze`]).
+    frozen: Arc<AtomicBool>,
     open: Arc<Mutex<Vec<TcpStream>>>,
     stopped: Arc<AtomicBool>,
     trap: Arc<Trap>,
@@ -832,7 +834,13 @@ impl Trap {
 /// Copies one direction of a connection. Client to server (`trap` given): once the trap
 /// springs, the message that sprang it still reaches the server, every answer after it is
 /// dropped (`lost`), and 300 ms later both sides are closed.
-fn pipe(mut from: TcpStream, mut to: TcpStream, trap: Option<Arc<Trap>>, lost: Arc<AtomicBool>) {
+fn pipe(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    trap: Option<Arc<Trap>>,
+    lost: Arc<AtomicBool>,
+    frozen: Arc<AtomicBool>,
+) {
     std::thread::spawn(move || {
         let mut buffer = [0u8; 16 * 1024];
         let mut progress = 0;
@@ -840,6 +848,9 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, trap: Option<Arc<Trap>>, lost: A
             match from.read(&mut buffer) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
+                    while frozen.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
                     let springs = trap
                         .as_ref()
                         .is_some_and(|trap| trap.springs(&mut progress, &buffer[..n]));
@@ -872,11 +883,17 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let up = Arc::new(AtomicBool::new(true));
+        let frozen = Arc::new(AtomicBool::new(false));
         let open = Arc::new(Mutex::new(Vec::new()));
         let stopped = Arc::new(AtomicBool::new(false));
         let trap = Arc::new(Trap::default());
-        let (up2, open2, stopped2, trap2) =
-            (up.clone(), open.clone(), stopped.clone(), trap.clone());
+        let (up2, frozen2, open2, stopped2, trap2) = (
+            up.clone(),
+            frozen.clone(),
+            open.clone(),
+            stopped.clone(),
+            trap.clone(),
+        );
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 if stopped2.load(Ordering::SeqCst) {
@@ -896,17 +913,35 @@ impl Proxy {
                 open.push(server.try_clone().unwrap());
                 let lost = Arc::new(AtomicBool::new(false));
                 let to_server = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                pipe(to_server.0, to_server.1, Some(trap2.clone()), lost.clone());
-                pipe(server, client, None, lost);
+                pipe(
+                    to_server.0,
+                    to_server.1,
+                    Some(trap2.clone()),
+                    lost.clone(),
+                    frozen2.clone(),
+                );
+                pipe(server, client, None, lost, frozen2.clone());
             }
         });
         Self {
             port,
             up,
+            frozen,
             open,
             stopped,
             trap,
         }
+    }
+
+    /// The database accepts and never answers (a hung server, a pooler whose server is
+    /// gone): connections stay open, nothing is forwarded, until [`Proxy::thaw`].
+    pub(crate) fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// What was held is delivered, late.
+    pub(crate) fn thaw(&self) {
+        self.frozen.store(false, Ordering::SeqCst);
     }
 
     pub(crate) fn cut(&self) {
@@ -937,6 +972,7 @@ impl Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.stopped.store(true, Ordering::SeqCst);
+        self.thaw();
         self.cut();
         let _ = TcpStream::connect(("127.0.0.1", self.port)); // wake the accept loop
     }
@@ -1098,6 +1134,58 @@ async fn with_the_database_down_requests_answer_503_and_service_recovers_without
     let fetched = app.get(&format!("/v1/payments/{id}")).await;
     assert_eq!(fetched.status, 200, "{}", fetched.text());
     let again = app.post_payment("db-down-3", &visa(302)).await;
+    assert_eq!(again.status, 201, "{}", again.text());
+    assert_eq!(app.charges(), 2);
+}
+
+/// A database that accepts and never answers is no hang either (CONTRACT §2: 503 within
+/// 5 s): the network timeouts end only connections whose packets go unanswered, so each
+/// request gives up on the server by itself. What it sent may apply once the server answers
+/// again, as after a connection lost after COMMIT: the retry finds it, nothing is charged
+/// twice.
+#[actix_web::test]
+async fn a_database_that_never_answers_gets_503_not_a_hang() {
+    let Some((app, proxy, _schema)) = app_behind_proxy(|s| {
+        s.processing_lease = Duration::from_millis(500);
+    })
+    .await
+    else {
+        return;
+    };
+    let first = app.post_payment("frozen-1", &visa(300)).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    let id = first.json()["id"].as_str().unwrap().to_owned();
+
+    proxy.freeze();
+    let started = Instant::now();
+    let path = format!("/v1/payments/{id}");
+    let body = visa(301);
+    let (fetched, listed, created) = tokio::join!(
+        app.get(&path),
+        app.get("/v1/payments"),
+        app.post_payment("frozen-2", &body),
+    );
+    for response in [&fetched, &listed, &created] {
+        // Answered (the client's own timeout would fail the test on a hang), never a 500.
+        response.assert_problem(503, "service_unavailable");
+        assert!(response.header("retry-after").is_some());
+    }
+    eprintln!(
+        "with the database silent: three 503s after {:?}",
+        started.elapsed()
+    );
+
+    proxy.thaw();
+    wait_until_ready(&app).await;
+    let mut again = app.post_payment("frozen-2", &visa(301)).await;
+    for _ in 0..20 {
+        if again.status != 409 {
+            break;
+        }
+        // The claim sent into the silence committed late, under a lease nobody holds.
+        actix_web::rt::time::sleep(Duration::from_millis(250)).await;
+        again = app.post_payment("frozen-2", &visa(301)).await;
+    }
     assert_eq!(again.status, 201, "{}", again.text());
     assert_eq!(app.charges(), 2);
 }
