@@ -51,7 +51,7 @@ pub struct ChargeUpdate {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum ProviderStatus {
     Succeeded,
     Failed,
@@ -132,6 +132,26 @@ mod tests {
             serde_json::from_str(r#"{"id": "pr_1", "status": "pending"}"#).unwrap();
         assert_eq!(refund.status, ProviderStatus::Pending);
         assert!(serde_json::from_str::<Charge>(r#"{"id": "ch_1", "status": "odd"}"#).is_err());
+    }
+
+    /// The protocol's spelling (CONTRACT §7), both ways, for every status.
+    #[test]
+    fn statuses_are_written_as_the_protocol_spells_them() {
+        for status in [
+            ProviderStatus::Succeeded,
+            ProviderStatus::Failed,
+            ProviderStatus::Pending,
+            ProviderStatus::RequiresCapture,
+            ProviderStatus::Canceled,
+        ] {
+            let json = format!("\"{}\"", status.as_str());
+            assert_eq!(serde_json::to_string(&status).unwrap(), json);
+            assert_eq!(
+                serde_json::from_str::<ProviderStatus>(&json).unwrap(),
+                status
+            );
+        }
+        assert_eq!(ProviderStatus::RequiresCapture.as_str(), "requires_capture");
     }
 }
 
