@@ -64,6 +64,7 @@ pub struct AuthorizedPayment {
     pub amount_capturable: i64,
     pub provider_charge_id: Option<String>,
     pub operation_id: Option<String>,
+    pub authorized_at: Option<Timestamp>,
 }
 
 pub fn find_payment(

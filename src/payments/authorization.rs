@@ -434,14 +434,23 @@ pub async fn operate(
     request_id: Option<String>,
 ) -> Result<Answer, ApiError> {
     // An unknown (or another merchant's) payment is answered before anything is stored.
-    {
+    let payment = {
         let merchant_id = merchant.id.clone();
         let payment_id = payment_id.clone();
         state
             .db
             .run(move |conn| rows::find_payment(conn, &merchant_id, payment_id.as_str()))
             .await?
-            .ok_or_else(|| ApiError::NotFound("no such payment".to_owned()))?;
+            .ok_or_else(|| ApiError::NotFound("no such payment".to_owned()))?
+    };
+    // Past AUTHORIZATION_EXPIRY_MS the authorization is expired, whether or not the
+    // periodic pass has reached it yet: it is canceled now, and this request finds it so.
+    if let Some(cutoff) = expiry_cutoff(state)
+        && payment.status == super::PaymentStatus::RequiresCapture.as_str()
+        && payment.operation_id.is_none()
+        && payment.authorized_at.is_some_and(|at| at <= cutoff)
+    {
+        expire(state, &payment.id, &payment.merchant_id).await;
     }
     let origin = request_id.map(|id| RequestRef {
         id,
@@ -498,9 +507,7 @@ const EXPIRY_BATCH: i64 = 50;
 /// uses (so the provider is asked once per cancel, and a capture racing the expiry is
 /// decided by the same hold). Returns how many it canceled or left pending at the provider.
 pub async fn expire_authorizations(state: &AppState) -> Result<usize, ApiError> {
-    let expiry = chrono::Duration::from_std(state.settings.authorization_expiry)
-        .unwrap_or(chrono::Duration::MAX);
-    let Some(cutoff) = now().checked_sub_signed(expiry) else {
+    let Some(cutoff) = expiry_cutoff(state) else {
         return Ok(0);
     };
     let expired = state
@@ -509,29 +516,48 @@ pub async fn expire_authorizations(state: &AppState) -> Result<usize, ApiError> 
         .await?;
     let mut count = 0;
     for (payment_id, merchant_id) in expired {
-        // A key no client can send (a tab is not visible ASCII), new for each pass: the
-        // hold, not the key, decides whether this cancel may run.
-        let key = format!(
-            "authorization-expiry\t{payment_id}\t{}",
-            now().and_utc().timestamp_millis()
-        );
-        let cancel = Requested::Cancel(NewCancel {
-            cancellation_reason: Some(CancellationReason::Expired),
-        });
-        let claim = new_claim(state, &merchant_id, &payment_id, &key, &cancel);
-        match operations::execute::<PaymentOperation>(state, claim, None).await {
-            Ok(answer) if answer.status < 300 => {
-                tracing::info!(%payment_id, status = answer.status, "authorization expired: canceled");
-                crate::metrics::recovery("authorization_expired");
-                count += 1;
-            }
-            Ok(answer) => {
-                tracing::info!(%payment_id, status = answer.status, "authorization expiry refused")
-            }
-            Err(e) => tracing::warn!(%payment_id, error = %e, "expiring an authorization failed"),
+        if expire(state, &payment_id, &merchant_id).await {
+            count += 1;
         }
     }
     Ok(count)
+}
+
+/// Authorizations made at or before this are expired (`None`: none can be).
+fn expiry_cutoff(state: &AppState) -> Option<Timestamp> {
+    let expiry = chrono::Duration::from_std(state.settings.authorization_expiry)
+        .unwrap_or(chrono::Duration::MAX);
+    now().checked_sub_signed(expiry)
+}
+
+/// Cancels one expired authorization (`cancellation_reason: "expired"`); true if it is
+/// canceled, or left pending at the provider.
+async fn expire(state: &AppState, payment_id: &str, merchant_id: &str) -> bool {
+    // A key no client can send (a tab is not visible ASCII), new for each attempt: the
+    // hold, not the key, decides whether this cancel may run.
+    let key = format!(
+        "authorization-expiry\t{payment_id}\t{}",
+        now().and_utc().timestamp_millis()
+    );
+    let cancel = Requested::Cancel(NewCancel {
+        cancellation_reason: Some(CancellationReason::Expired),
+    });
+    let claim = new_claim(state, merchant_id, payment_id, &key, &cancel);
+    match operations::execute::<PaymentOperation>(state, claim, None).await {
+        Ok(answer) if answer.status < 300 => {
+            tracing::info!(%payment_id, status = answer.status, "authorization expired: canceled");
+            crate::metrics::recovery("authorization_expired");
+            true
+        }
+        Ok(answer) => {
+            tracing::info!(%payment_id, status = answer.status, "authorization expiry refused");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(%payment_id, error = %e, "expiring an authorization failed");
+            false
+        }
+    }
 }
 
 #[cfg(test)]

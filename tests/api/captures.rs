@@ -326,6 +326,40 @@ async fn an_authorization_nobody_captures_is_canceled_as_expired() {
         .assert_problem(409, "payment_not_capturable");
 }
 
+/// Past the expiry the authorization is expired even before the periodic pass reaches it:
+/// a capture (or a cancel) then finds it canceled as `expired`, and nothing is captured.
+#[actix_web::test]
+async fn an_authorization_past_its_expiry_cannot_be_captured_before_the_pass_runs() {
+    let app = spawn_app_with(|s| {
+        s.authorization_expiry = Duration::from_millis(300);
+        // No pass during the test: only the requests see the expiry.
+        s.recovery_interval = Duration::from_secs(3600);
+    })
+    .await;
+    let (late, later) = (
+        app.authorized_payment(800).await,
+        app.authorized_payment(900).await,
+    );
+    actix_web::rt::time::sleep(Duration::from_millis(400)).await;
+
+    let capture = app.capture(&late, "too-late", &json!({})).await;
+    capture.assert_problem(409, "payment_not_capturable");
+    let cancel = app.cancel(&later, "too-late", &json!({})).await;
+    cancel.assert_problem(409, "payment_not_cancelable");
+    for id in [&late, &later] {
+        let payment = app.payment_now(id).await;
+        assert_eq!(payment["status"], "canceled", "{payment}");
+        assert_eq!(payment["cancellation_reason"], "expired");
+        assert_eq!(payment["amount_captured"], 0);
+    }
+    assert!(app.simulator.captures().is_empty());
+    assert_eq!(app.simulator.cancels().len(), 2);
+    // The refusal is the key's final answer.
+    let again = app.capture(&late, "too-late", &json!({})).await;
+    assert_eq!(again.body, capture.body);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+}
+
 #[actix_web::test]
 async fn a_capture_whose_answer_is_lost_answers_202_and_a_retry_captures_once() {
     let provider = spawn_provider().await;
