@@ -35,9 +35,13 @@ use crate::signing::WebhookSecret;
 use crate::state::AppState;
 
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
-/// Attempts in flight per instance, in total and to one endpoint.
-pub const MAX_IN_FLIGHT: usize = 64;
+/// Attempts in flight to one endpoint, per instance. The first is every endpoint's own, so
+/// no number of slow endpoints can keep another waiting; the others (up to
+/// [`MAX_IN_FLIGHT_PER_ENDPOINT`] - 1 each, to work off a backlog faster) come from
+/// [`MAX_EXTRA_IN_FLIGHT`] shared by all endpoints.
 pub const MAX_IN_FLIGHT_PER_ENDPOINT: usize = 4;
+/// Attempts in flight beyond each endpoint's first, per instance.
+pub const MAX_EXTRA_IN_FLIGHT: usize = 64;
 /// A lease lasts the attempt's timeout plus this: time to claim, connect and look up.
 pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
 /// Endpoints looked at per pass.
@@ -128,33 +132,37 @@ struct Slot {
 }
 
 impl Slots {
-    fn total(&self) -> usize {
-        self.per_endpoint.borrow().values().sum()
+    /// Attempts in flight beyond their endpoint's first.
+    fn extra(&self) -> usize {
+        self.per_endpoint
+            .borrow()
+            .values()
+            .map(|n| n.saturating_sub(1))
+            .sum()
     }
 
+    /// Endpoints that can take no attempt now: at their limit, or holding their first
+    /// while the shared extra slots are all taken.
     fn busy(&self) -> Vec<String> {
+        let extras_left = self.extra() < MAX_EXTRA_IN_FLIGHT;
         self.per_endpoint
             .borrow()
             .iter()
-            .filter(|(_, n)| **n >= MAX_IN_FLIGHT_PER_ENDPOINT)
+            .filter(|(_, n)| **n >= MAX_IN_FLIGHT_PER_ENDPOINT || !extras_left)
             .map(|(id, _)| id.clone())
             .collect()
     }
 
-    fn free_for(&self, endpoint_id: &str) -> usize {
+    fn take(&self, endpoint_id: &str) -> Option<Slot> {
         let used = self
             .per_endpoint
             .borrow()
             .get(endpoint_id)
             .copied()
             .unwrap_or(0);
-        MAX_IN_FLIGHT_PER_ENDPOINT
-            .saturating_sub(used)
-            .min(MAX_IN_FLIGHT.saturating_sub(self.total()))
-    }
-
-    fn take(&self, endpoint_id: &str) -> Option<Slot> {
-        if self.free_for(endpoint_id) == 0 {
+        let room =
+            used == 0 || (used < MAX_IN_FLIGHT_PER_ENDPOINT && self.extra() < MAX_EXTRA_IN_FLIGHT);
+        if !room {
             return None;
         }
         *self
@@ -190,7 +198,9 @@ pub fn spawn_worker(state: &AppState) {
 }
 
 async fn run(state: AppState, stop: Shutdown) {
-    let client = send::client(state.settings.webhook_timeout, MAX_IN_FLIGHT * 2);
+    // No connection limit: the slots bound the attempts, and a limit below them would
+    // queue one endpoint's attempt behind another's.
+    let client = send::client(state.settings.webhook_timeout, 0);
     let slots = Slots::default();
     let mut backlog_seen: Option<Instant> = None;
     let mut warned: Option<Instant> = None;
@@ -219,12 +229,9 @@ async fn dispatch(
     client: &awc::Client,
     slots: &Slots,
 ) -> Result<(), crate::db::DbError> {
-    let free = MAX_IN_FLIGHT.saturating_sub(slots.total());
-    if free == 0 {
-        return Ok(());
-    }
     let busy = slots.busy();
     let in_flight = slots.per_endpoint.borrow().clone();
+    let extra_free = MAX_EXTRA_IN_FLIGHT.saturating_sub(slots.extra());
     let at = now();
     // Round robin: a few deliveries per endpoint, so one endpoint's backlog never fills
     // the pass while another's deliveries wait.
@@ -232,15 +239,18 @@ async fn dispatch(
         .db
         .run(move |conn| {
             let mut due = Vec::new();
+            let mut extra_free = extra_free;
             for endpoint_id in rows::endpoints_with_due(conn, at, &busy, ENDPOINTS_PER_PASS)? {
                 let used = in_flight.get(&endpoint_id).copied().unwrap_or(0);
-                let wanted = MAX_IN_FLIGHT_PER_ENDPOINT
-                    .saturating_sub(used)
-                    .min(free.saturating_sub(due.len()));
+                // Its own first slot, if free, and what it may take of the shared ones.
+                let first = usize::from(used == 0);
+                let extra = (MAX_IN_FLIGHT_PER_ENDPOINT - used.max(1)).min(extra_free);
+                let wanted = first + extra;
                 if wanted == 0 {
                     continue;
                 }
                 let ids = rows::due_for_endpoint(conn, &endpoint_id, at, wanted as i64)?;
+                extra_free -= ids.len().saturating_sub(first).min(extra);
                 due.extend(ids.into_iter().map(|id| (id, endpoint_id.clone())));
             }
             Ok(due)

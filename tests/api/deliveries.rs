@@ -537,6 +537,43 @@ async fn a_hanging_endpoint_does_not_delay_deliveries_to_another() {
     assert!(held.iter().all(|r| r.answered.is_none()), "still hanging");
 }
 
+/// More hanging endpoints than the shared slots can serve (4 each would be 80 of 64): the
+/// healthy endpoint still has its own first slot, so it waits for none of them.
+#[actix_web::test]
+async fn many_hanging_endpoints_do_not_delay_deliveries_to_another() {
+    use payments_api::deliveries::{MAX_EXTRA_IN_FLIGHT, MAX_IN_FLIGHT_PER_ENDPOINT};
+    let app = app_delivering(|s| s.webhook_timeout = Duration::from_secs(60)).await;
+    let hanging = Receiver::start(|_, _| Reply::status(200).after(Duration::from_secs(120))).await;
+    let healthy = Receiver::always(200).await;
+    let slow_endpoints = MAX_EXTRA_IN_FLIGHT / (MAX_IN_FLIGHT_PER_ENDPOINT - 1) + 4;
+    for i in 0..slow_endpoints {
+        app.create_endpoint(&format!("{}/slow/{i}", hanging.url), &["*"])
+            .await;
+    }
+    for i in 0..8 {
+        app.paid_payment(100 + i).await;
+    }
+    // Every hanging endpoint holds what it may before the healthy one is added.
+    hanging
+        .wait_for("the hanging endpoints' slots", |r| {
+            r.len() >= slow_endpoints + MAX_EXTRA_IN_FLIGHT
+        })
+        .await;
+    app.create_endpoint(&healthy.url, &["*"]).await;
+    for i in 0..5 {
+        app.paid_payment(200 + i).await;
+    }
+    // Well inside the hanging endpoints' 60 s timeout: nothing waits for them.
+    healthy.wait_for("5 events", |r| r.len() == 5).await;
+    let held = hanging.received();
+    assert_eq!(
+        held.len(),
+        slow_endpoints + MAX_EXTRA_IN_FLIGHT,
+        "in flight"
+    );
+    assert!(held.iter().all(|r| r.answered.is_none()), "still hanging");
+}
+
 #[actix_web::test]
 async fn a_rotated_secret_signs_beside_the_new_one_until_it_expires() {
     let app = app_delivering(|_| {}).await;
