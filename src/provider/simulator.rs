@@ -25,6 +25,10 @@ struct Ledger {
     /// completes.
     pending_methods: HashMap<String, (String, bool)>,
     refunds: Journal<ProviderRefund>,
+    /// What was refunded of a charge (by position), and what a partial capture charged:
+    /// a refund never returns more than was taken.
+    refunded: HashMap<usize, i64>,
+    partly_captured: HashMap<usize, i64>,
     /// Every refund call, including those answered from the idempotency record.
     refund_calls: u64,
     /// Captures and cancels that moved a charge, in order (one per idempotency key).
@@ -81,6 +85,25 @@ impl Ledger {
         (position < self.charges.len() && self.charge_id(position) == charge_id).then_some(position)
     }
 
+    /// Why a refund cannot be made (its failure code), if it cannot: only money a charge
+    /// took can go back, once.
+    fn refusal_of(&self, request: &RefundRequest) -> Option<&'static str> {
+        let Some(position) = self.charge_position(&request.charge) else {
+            return Some("charge_not_found");
+        };
+        let charge = self.charges.at(position);
+        if charge.status != ProviderStatus::Succeeded {
+            return Some("charge_not_captured");
+        }
+        let taken = self
+            .partly_captured
+            .get(&position)
+            .copied()
+            .unwrap_or(charge.amount);
+        let refunded = self.refunded.get(&position).copied().unwrap_or(0);
+        (request.amount < 1 || refunded + request.amount > taken).then_some("amount_too_large")
+    }
+
     /// Captures or cancels the authorized charge `charge_id`, or says why not.
     fn move_charge(&mut self, charge_id: &str, change: ChargeMove) -> Result<ChargeUpdate, String> {
         let position = self
@@ -104,6 +127,9 @@ impl Ledger {
             ChargeMove::Cancel => (ProviderStatus::Canceled, None),
         };
         let reference = self.charges.text(charge.reference).to_owned();
+        if let Some(captured) = amount_captured.filter(|captured| *captured < charge.amount) {
+            self.partly_captured.insert(position, captured);
+        }
         self.charges.at_mut(position).status = status;
         Ok(ChargeUpdate {
             id: charge_id.to_owned(),
@@ -294,19 +320,29 @@ impl Simulator {
         if let Some(first) = ledger.refunds.position(idempotency_key) {
             return ledger.refunds.at(first).clone();
         }
+        let failure = ledger.refusal_of(request);
         let refund = ProviderRefund {
             id: format!("pr_{}", uuid::Uuid::new_v4().simple()),
-            status: ProviderStatus::Succeeded,
+            status: if failure.is_some() {
+                ProviderStatus::Failed
+            } else {
+                ProviderStatus::Succeeded
+            },
             amount: request.amount,
             charge: request.charge.clone(),
             reference: request.reference.clone(),
-            failure_code: None,
+            failure_code: failure.map(str::to_owned),
         };
+        if failure.is_none()
+            && let Some(position) = ledger.charge_position(&request.charge)
+        {
+            *ledger.refunded.entry(position).or_default() += request.amount;
+        }
         ledger.refunds.record(idempotency_key, refund.clone());
         refund
     }
 
-    /// Every refund made, in order (one per idempotency key).
+    /// Every refund answered, in order (one per idempotency key; failed ones included).
     pub fn refunds(&self) -> Vec<ProviderRefund> {
         self.ledger().refunds.values().cloned().collect()
     }
@@ -455,6 +491,56 @@ mod tests {
     }
 
     #[test]
+    fn refunds_return_only_what_a_charge_took_once() {
+        let sim = Simulator::new();
+        let refund = |key: &str, charge: &str, amount: i64| {
+            let request = RefundRequest {
+                charge: charge.to_owned(),
+                amount,
+                reference: key.to_owned(),
+            };
+            let answer = sim.refund(key, &request);
+            (answer.status, answer.failure_code)
+        };
+        let failed = |code: &str| (ProviderStatus::Failed, Some(code.to_owned()));
+        let paid = sim.charge("pay_a", &request("pm_card_visa"));
+        assert_eq!(
+            refund("re_1", &paid.id, 1500),
+            (ProviderStatus::Succeeded, None)
+        );
+        assert_eq!(refund("re_2", &paid.id, 501), failed("amount_too_large"));
+        assert_eq!(
+            refund("re_3", &paid.id, 500),
+            (ProviderStatus::Succeeded, None)
+        );
+        assert_eq!(
+            refund("re_1", &paid.id, 1500),
+            (ProviderStatus::Succeeded, None),
+            "the same key answers the same, and moves nothing"
+        );
+        assert_eq!(
+            refund("re_4", "ch_nonexistent", 1),
+            failed("charge_not_found")
+        );
+        let declined = sim.charge("pay_b", &request("pm_card_declined"));
+        assert_eq!(
+            refund("re_5", &declined.id, 1),
+            failed("charge_not_captured")
+        );
+        let mut manual = request("pm_card_visa");
+        manual.capture = false;
+        let held = sim.charge("pay_c", &manual);
+        assert_eq!(refund("re_6", &held.id, 1), failed("charge_not_captured"));
+        sim.update_charge("cap_1", &held.id, ChargeMove::Capture(700))
+            .unwrap();
+        assert_eq!(refund("re_7", &held.id, 701), failed("amount_too_large"));
+        assert_eq!(
+            refund("re_8", &held.id, 700),
+            (ProviderStatus::Succeeded, None)
+        );
+    }
+
+    #[test]
     fn authorizations_are_captured_or_canceled_once() {
         let sim = Simulator::new();
         let mut manual = request("pm_card_visa");
@@ -568,8 +654,9 @@ mod tests {
     #[test]
     fn the_same_key_refunds_once() {
         let sim = Simulator::new();
+        let paid = sim.charge("pay_a", &request("pm_card_visa"));
         let request = RefundRequest {
-            charge: "ch_1".into(),
+            charge: paid.id,
             amount: 500,
             reference: "re_1".into(),
         };
