@@ -66,10 +66,23 @@ impl EndpointUrl {
             return Err(Invalid("`url` must not contain user information"));
         }
         let host = parse_host(authority.host())?;
+        // `port_u16` reads a port it cannot parse (`:99999`) as none: the default would
+        // then be used for a port nobody asked for. What follows the host is checked here.
+        let port = match authority.as_str().strip_prefix(authority.host()) {
+            None | Some("" | ":") => default_port,
+            Some(rest) => rest
+                .strip_prefix(':')
+                .filter(|digits| digits.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|digits| digits.parse::<u16>().ok())
+                .filter(|port| *port != 0)
+                .ok_or(Invalid(
+                    "the port of `url` must be a number from 1 to 65535",
+                ))?,
+        };
         Ok(Self {
             text: text.to_owned(),
             host,
-            port: authority.port_u16().unwrap_or(default_port),
+            port,
         })
     }
 
@@ -313,6 +326,11 @@ mod tests {
             "https://exämple.com/",
             "https:///hook",
             "http://[::1/",
+            "http://example.com:99999/",
+            "http://example.com:0/",
+            "http://example.com:-1/",
+            "http://example.com:8o/",
+            "http://[2606:4700::1111]:65536/",
             long.as_str(),
             "",
         ] {
@@ -328,6 +346,9 @@ mod tests {
         for (url, expected) in [
             ("https://93.184.215.14/hook", "93.184.215.14:443"),
             ("http://8.8.8.8:8080/", "8.8.8.8:8080"),
+            ("http://8.8.8.8:65535/", "8.8.8.8:65535"),
+            ("http://8.8.8.8:/", "8.8.8.8:80"),
+            ("https://[2606:4700::1111]:8443/", "[2606:4700::1111]:8443"),
             ("HTTPS://[2606:4700::1111]/x", "[2606:4700::1111]:443"),
             ("http://[::ffff:8.8.8.8]/", "[::ffff:8.8.8.8]:80"),
             ("http://134744072/", "8.8.8.8:80"),
