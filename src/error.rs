@@ -23,8 +23,6 @@ pub enum ApiError {
     InvalidSignature(&'static str),
     #[error("{0}")]
     NotFound(String),
-    #[error("method not allowed on this route")]
-    MethodNotAllowed,
     #[error("the first request with this Idempotency-Key is still being processed; retry later")]
     IdempotencyKeyInUse { retry_after_secs: u64 },
     #[error("{0}")]
@@ -97,7 +95,6 @@ impl ApiError {
             Self::Unauthorized => "unauthorized",
             Self::InvalidSignature(_) => "invalid_signature",
             Self::NotFound(_) => "not_found",
-            Self::MethodNotAllowed => "method_not_allowed",
             Self::IdempotencyKeyInUse { .. } => "idempotency_key_in_use",
             Self::PaymentNotRefundable(_) => "payment_not_refundable",
             Self::WebhookIdConflict => "webhook_id_conflict",
@@ -122,7 +119,6 @@ impl ApiError {
             Self::Unauthorized => "Unauthorized",
             Self::InvalidSignature(_) => "Invalid webhook signature",
             Self::NotFound(_) => "Not found",
-            Self::MethodNotAllowed => "Method not allowed",
             Self::IdempotencyKeyInUse { .. } => "Idempotency-Key in use",
             Self::PaymentNotRefundable(_) => "Payment not refundable",
             Self::WebhookIdConflict => "Webhook id conflict",
@@ -179,7 +175,6 @@ impl ResponseError for ApiError {
             | Self::IdempotencyKeyInvalid(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized | Self::InvalidSignature(_) => StatusCode::UNAUTHORIZED,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::IdempotencyKeyInUse { .. }
             | Self::PaymentNotRefundable(_)
             | Self::PaymentNotCapturable(_)

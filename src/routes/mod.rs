@@ -178,7 +178,8 @@ pub const ROUTES: &[Route] = &[
 ];
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    // One resource per path, holding every method of that path; another method is a 405.
+    // One resource per path, holding every method of that path (a GET route answers HEAD
+    // too); another method is no route of ours: 404 `not_found`, as CONTRACT §2 says.
     let mut paths: Vec<&'static str> = Vec::new();
     for route in ROUTES {
         if !paths.contains(&route.path) {
@@ -188,9 +189,16 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     for path in paths {
         let mut resource = web::resource(path);
         for route in ROUTES.iter().filter(|r| r.path == path) {
-            resource = resource.route((route.handler)().method(route.method.clone()));
+            let handler = (route.handler)();
+            resource = resource.route(if route.method == Method::GET {
+                handler.guard(
+                    actix_web::guard::Any(actix_web::guard::Get()).or(actix_web::guard::Head()),
+                )
+            } else {
+                handler.method(route.method.clone())
+            });
         }
-        cfg.service(resource.default_service(web::to(method_not_allowed)));
+        cfg.service(resource.default_service(web::to(not_found)));
     }
     // The docs page's own files (HTML, JS, CSS, embedded in the binary).
     cfg.service(ops::swagger_ui());
@@ -206,8 +214,4 @@ pub(crate) fn request_id(req: &actix_web::HttpRequest) -> Option<String> {
 
 pub async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound("no such route".to_owned()))
-}
-
-async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::MethodNotAllowed)
 }

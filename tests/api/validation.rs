@@ -64,10 +64,16 @@ async fn bad_requests_get_their_status_and_code_and_change_nothing() {
         "nothing reached the provider"
     );
 
-    // A wrong method on a known route, and unknown routes.
-    app.request("DELETE", "/v1/payments", &with(&[]), Vec::new())
-        .await
-        .assert_problem(405, "method_not_allowed");
+    // A wrong method on a known path is no route either (CONTRACT §2: 404).
+    for method in ["DELETE", "PUT", "PATCH"] {
+        app.request(method, "/v1/payments", &with(&[]), Vec::new())
+            .await
+            .assert_problem(404, "not_found");
+    }
+    // HEAD is GET without the body.
+    let head = app.request("HEAD", "/health/live", &[], Vec::new()).await;
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
     app.request("GET", "/v2/anything", &[], Vec::new())
         .await
         .assert_problem(404, "not_found");
