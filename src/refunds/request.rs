@@ -45,7 +45,7 @@ pub struct NewRefund {
 
 impl NewRefund {
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
-        let mut object = JsonObject::parse(body, &["amount", "reason"])?;
+        let mut object = JsonObject::parse_or_empty(body, &["amount", "reason"])?;
         let amount = object
             .optional_integer("amount")?
             .map(|a| Amount::parse(a).map_err(|e| ApiError::invalid("amount", e)))

@@ -51,10 +51,35 @@ pub async fn read_optional_json_body(
     }
 }
 
+/// How long a declared body may take to arrive, from the end of the headers.
+pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The raw body, whatever its content type, up to the limit: 413 beyond 64 KiB (checked on
-/// `Content-Length` first, then on what actually arrives). Webhooks use it directly: their
-/// signature covers the exact bytes, which must not be looked at before it is checked.
-pub async fn read_body(
+/// `Content-Length` first, then on what actually arrives); 400 if it does not arrive within
+/// [`BODY_TIMEOUT`]; 415 if it is content-encoded (compressed: not JSON as sent). Webhooks
+/// use it directly: their signature covers the exact bytes, which must not be looked at
+/// before it is checked.
+pub async fn read_body(req: &HttpRequest, payload: web::Payload) -> Result<web::Bytes, ApiError> {
+    let encoded = req
+        .headers()
+        .get(header::CONTENT_ENCODING)
+        .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+    if encoded {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    match actix_web::rt::time::timeout(BODY_TIMEOUT, read_within_limit(req, payload)).await {
+        Ok(body) => body,
+        Err(_) => Err(ApiError::InvalidRequest {
+            detail: format!(
+                "the request body did not arrive within {} s",
+                BODY_TIMEOUT.as_secs()
+            ),
+            param: None,
+        }),
+    }
+}
+
+async fn read_within_limit(
     req: &HttpRequest,
     mut payload: web::Payload,
 ) -> Result<web::Bytes, ApiError> {

@@ -1,7 +1,7 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::authenticate::Authenticated;
-use super::input::{Query, idempotency_key, path_id, read_json_body};
+use super::input::{Query, idempotency_key, path_id, read_optional_json_body};
 use crate::domain::{PaymentId, RefundId};
 use crate::error::ApiError;
 use crate::refunds::{self, NewRefund};
@@ -41,7 +41,8 @@ pub async fn create(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let payment_id = path_id::<PaymentId>(&path)?;
-    let body = read_json_body(&req, payload).await?;
+    // Every field is optional: no body refunds all that is left.
+    let body = read_optional_json_body(&req, payload).await?;
     let key = idempotency_key(&req)?;
     let request = NewRefund::parse(&body)?;
     let request_id = super::request_id(&req);

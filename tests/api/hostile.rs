@@ -393,6 +393,34 @@ fn percent_encode(bytes: &[u8]) -> String {
         .collect()
 }
 
+/// A body declared and never sent in full is answered (400 after `BODY_TIMEOUT`), not
+/// held open for ever, and stores nothing.
+#[actix_web::test]
+async fn a_body_that_never_arrives_is_answered_and_stores_nothing() {
+    let app = crate::helpers::spawn_app().await;
+    let address = app.address.trim_start_matches("http://").to_owned();
+    let request = format!(
+        "POST /v1/payments HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nIdempotency-Key: never\r\nContent-Length: 100\r\n\r\n\
+         {{\"amount\": 100,",
+        app.api_key
+    );
+    let answer =
+        actix_web::rt::task::spawn_blocking(move || exchange(&address, request.as_bytes()))
+            .await
+            .expect("the exchange ran")
+            .expect("an answer");
+    assert_eq!(
+        answer.status,
+        400,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    let problem: serde_json::Value = serde_json::from_slice(&answer.body).expect("a problem");
+    assert_eq!(problem["code"], "invalid_request");
+    assert_eq!(app.payment_rows().await, 0);
+}
+
 struct Answer {
     status: u16,
     body: Vec<u8>,

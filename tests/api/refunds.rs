@@ -57,6 +57,31 @@ async fn a_refund_without_amount_refunds_everything_once() {
     assert_eq!(app.simulator.refund_calls(), 1);
 }
 
+/// Every field of a refund is optional, so no body at all is a refund of all that is left
+/// (as for captures and cancels); a body must still be JSON.
+#[actix_web::test]
+async fn a_refund_with_no_body_refunds_everything() {
+    let app = spawn_app().await;
+    let payment_id = app.paid_payment(1200).await;
+    let path = format!("/v1/payments/{payment_id}/refunds");
+    let auth = format!("Bearer {}", app.api_key);
+    let headers = |key: &str| {
+        vec![
+            ("Authorization", auth.clone()),
+            ("Idempotency-Key", key.to_owned()),
+        ]
+    };
+    app.request("POST", &path, &headers("as-text"), b"amount=5".to_vec())
+        .await
+        .assert_problem(415, "unsupported_media_type");
+    let response = app
+        .request("POST", &path, &headers("no-body"), Vec::new())
+        .await;
+    assert_eq!(response.status, 201, "{}", response.text());
+    assert_eq!(response.json()["amount"], 1200);
+    assert_eq!(app.refund_totals(&payment_id).await, (1200, 1200));
+}
+
 #[actix_web::test]
 async fn partial_refunds_until_nothing_is_left() {
     let app = spawn_app().await;
