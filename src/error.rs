@@ -75,6 +75,12 @@ pub struct Problem<'a> {
 }
 
 impl ApiError {
+    /// A list's `starting_after` that names none of the caller's `what`s (another
+    /// merchant's object is a 404, CONTRACT §2).
+    pub fn unknown_cursor(what: &str) -> Self {
+        Self::NotFound(format!("`starting_after` names no {what} of yours"))
+    }
+
     pub fn invalid(param: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::InvalidRequest {
             detail: detail.into(),

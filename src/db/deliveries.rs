@@ -245,14 +245,23 @@ pub fn finish_attempt(
     .map(|n| n == 1)
 }
 
-/// An endpoint's deliveries, newest first, `limit + 1` rows.
+/// An endpoint's deliveries, newest first, `limit + 1` rows; `None` if `starting_after`
+/// names no delivery of this endpoint.
 pub fn list_for_endpoint(
     conn: &mut DbConnection,
     endpoint_id: &str,
     status: Option<&str>,
     starting_after: Option<&str>,
     limit: i64,
-) -> QueryResult<Vec<DeliveryRow>> {
+) -> QueryResult<Option<Vec<DeliveryRow>>> {
+    if let Some(cursor) = starting_after {
+        let known = webhook_deliveries::table
+            .filter(webhook_deliveries::id.eq(cursor.to_owned()))
+            .filter(webhook_deliveries::endpoint_id.eq(endpoint_id));
+        if !diesel::select(diesel::dsl::exists(known)).get_result::<bool>(conn)? {
+            return Ok(None);
+        }
+    }
     let mut query = webhook_deliveries::table
         .filter(webhook_deliveries::endpoint_id.eq(endpoint_id))
         .select(DeliveryRow::as_select())
@@ -265,7 +274,7 @@ pub fn list_for_endpoint(
     if let Some(cursor) = starting_after {
         query = query.filter(webhook_deliveries::id.lt(cursor.to_owned()));
     }
-    query.load(conn)
+    query.load(conn).map(Some)
 }
 
 /// `(event id, event type)` of the merchant's events created in `[since, until]`, oldest

@@ -67,13 +67,22 @@ pub fn find(conn: &mut DbConnection, merchant_id: &str, id: &str) -> QueryResult
 
 /// Newest first by id (ids are time-ordered), `limit + 1` rows so the caller can tell
 /// `has_more`. Unnumbered events are included: this list promises no gap-free order.
+/// `None` if `starting_after` names no event of this merchant.
 pub fn list_newest_first(
     conn: &mut DbConnection,
     merchant_id: &str,
     event_type: Option<&str>,
     starting_after: Option<&str>,
     limit: i64,
-) -> QueryResult<Vec<EventRow>> {
+) -> QueryResult<Option<Vec<EventRow>>> {
+    if let Some(cursor) = starting_after {
+        let known = events::table
+            .filter(events::id.eq(cursor.to_owned()))
+            .filter(events::merchant_id.eq(merchant_id));
+        if !diesel::select(diesel::dsl::exists(known)).get_result::<bool>(conn)? {
+            return Ok(None);
+        }
+    }
     let mut query = events::table
         .filter(events::merchant_id.eq(merchant_id))
         .select(EventRow::as_select())
@@ -86,7 +95,7 @@ pub fn list_newest_first(
     if let Some(cursor) = starting_after {
         query = query.filter(events::id.lt(cursor.to_owned()));
     }
-    query.load(conn)
+    query.load(conn).map(Some)
 }
 
 /// The feed: numbered events after `after_seq`, in number order, `limit + 1` rows.

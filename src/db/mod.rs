@@ -248,6 +248,15 @@ impl r2d2::HandleError<r2d2::Error> for PoolErrorLog {
     }
 }
 
+/// Lists are read newest first, `limit + 1` rows: the one past the page says whether more
+/// follow. Returns the page and `has_more`.
+pub fn page<T>(mut rows: Vec<T>, limit: i64) -> (Vec<T>, bool) {
+    let limit = usize::try_from(limit).unwrap_or(0);
+    let has_more = rows.len() > limit;
+    rows.truncate(limit);
+    (rows, has_more)
+}
+
 /// How long a request may wait for a pooled connection before it answers 503.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(3);
 

@@ -203,12 +203,21 @@ pub struct ListFilter {
     pub customer_id: Option<String>,
 }
 
-/// Newest first (ids are time-ordered), `limit + 1` rows so the caller can tell `has_more`.
+/// Newest first (ids are time-ordered), `limit + 1` rows so the caller can tell `has_more`;
+/// `None` if `starting_after` names no payment of this merchant.
 pub fn list(
     conn: &mut DbConnection,
     merchant_id: &str,
     filter: &ListFilter,
-) -> QueryResult<Vec<PaymentRow>> {
+) -> QueryResult<Option<Vec<PaymentRow>>> {
+    if let Some(cursor) = &filter.starting_after {
+        let known = payments::table
+            .filter(payments::id.eq(cursor))
+            .filter(payments::merchant_id.eq(merchant_id));
+        if !diesel::select(diesel::dsl::exists(known)).get_result::<bool>(conn)? {
+            return Ok(None);
+        }
+    }
     let mut query = payments::table
         .filter(payments::merchant_id.eq(merchant_id))
         .select(PaymentRow::as_select())
@@ -224,7 +233,7 @@ pub fn list(
     if let Some(customer) = &filter.customer_id {
         query = query.filter(payments::customer_id.eq(customer));
     }
-    query.load(conn)
+    query.load(conn).map(Some)
 }
 
 pub fn count_for_merchant(conn: &mut DbConnection, merchant_id: &str) -> QueryResult<i64> {

@@ -194,13 +194,23 @@ pub fn finish(conn: &mut DbConnection, row: &RefundRow) -> QueryResult<bool> {
 }
 
 /// A payment's refunds, newest first (ids are time-ordered), `limit + 1` rows so the
-/// caller can tell `has_more`. Rejected requests are not refunds and are left out.
+/// caller can tell `has_more`. Rejected requests are not refunds and are left out. `None`
+/// if `starting_after` names no refund of this payment.
 pub fn list_for_payment(
     conn: &mut DbConnection,
     payment_id: &str,
     limit: i64,
     starting_after: Option<&str>,
-) -> QueryResult<Vec<RefundRow>> {
+) -> QueryResult<Option<Vec<RefundRow>>> {
+    if let Some(cursor) = starting_after {
+        let known = refunds::table
+            .filter(refunds::id.eq(cursor))
+            .filter(refunds::payment_id.eq(payment_id))
+            .filter(refunds::status.ne(REJECTED));
+        if !diesel::select(diesel::dsl::exists(known)).get_result::<bool>(conn)? {
+            return Ok(None);
+        }
+    }
     let mut query = refunds::table
         .filter(refunds::payment_id.eq(payment_id))
         .filter(refunds::status.ne(REJECTED))
@@ -211,7 +221,7 @@ pub fn list_for_payment(
     if let Some(cursor) = starting_after {
         query = query.filter(refunds::id.lt(cursor));
     }
-    query.load(conn)
+    query.load(conn).map(Some)
 }
 
 /// Refund rows of a payment by status (tests and diagnostics).

@@ -61,13 +61,22 @@ pub fn lock(conn: &mut DbConnection, merchant_id: &str, id: &str) -> QueryResult
     .map(|n| n == 1)
 }
 
-/// Newest first, `limit + 1` rows so the caller can tell `has_more`.
+/// Newest first, `limit + 1` rows so the caller can tell `has_more`; `None` if
+/// `starting_after` names no endpoint of this merchant.
 pub fn list(
     conn: &mut DbConnection,
     merchant_id: &str,
     starting_after: Option<&str>,
     limit: i64,
-) -> QueryResult<Vec<EndpointRow>> {
+) -> QueryResult<Option<Vec<EndpointRow>>> {
+    if let Some(cursor) = starting_after {
+        let known = webhook_endpoints::table
+            .filter(webhook_endpoints::id.eq(cursor.to_owned()))
+            .filter(webhook_endpoints::merchant_id.eq(merchant_id));
+        if !diesel::select(diesel::dsl::exists(known)).get_result::<bool>(conn)? {
+            return Ok(None);
+        }
+    }
     let mut query = webhook_endpoints::table
         .filter(webhook_endpoints::merchant_id.eq(merchant_id))
         .select(EndpointRow::as_select())
@@ -77,7 +86,7 @@ pub fn list(
     if let Some(cursor) = starting_after {
         query = query.filter(webhook_endpoints::id.lt(cursor.to_owned()));
     }
-    query.load(conn)
+    query.load(conn).map(Some)
 }
 
 /// Writes every column of `row` (the caller read it in the same transaction). Returns

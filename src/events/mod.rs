@@ -339,37 +339,40 @@ pub async fn list_events(
 ) -> Result<String, ApiError> {
     let merchant_id = merchant.id.clone();
     let kind = kind.map(EventType::as_str);
-    let found = state
+    let rows = state
         .db
         .run(move |conn| match page {
-            EventPage::NewestFirst { starting_after } => {
-                rows::list_newest_first(conn, &merchant_id, kind, starting_after.as_deref(), limit)
-                    .map(Some)
-            }
+            EventPage::NewestFirst { starting_after } => Ok(rows::list_newest_first(
+                conn,
+                &merchant_id,
+                kind,
+                starting_after.as_deref(),
+                limit,
+            )?
+            .ok_or_else(|| ApiError::unknown_cursor("event"))),
             EventPage::Feed { after } => {
                 sequence_committed(conn)?;
                 let after_seq = match after {
                     None => 0,
                     Some(id) => match rows::seq_of(conn, &merchant_id, &id)? {
-                        None => return Ok(None),
+                        None => {
+                            return Ok(Err(ApiError::NotFound(
+                                "`after` names no event of this merchant (it may have been \
+                                 pruned)"
+                                    .to_owned(),
+                            )));
+                        }
                         Some(Some(seq)) => seq,
                         // Not numbered yet after every pass allowed: nothing after it is
                         // visible yet either; the client asks again.
-                        Some(None) => return Ok(Some(Vec::new())),
+                        Some(None) => return Ok(Ok(Vec::new())),
                     },
                 };
-                rows::feed(conn, &merchant_id, kind, after_seq, limit).map(Some)
+                rows::feed(conn, &merchant_id, kind, after_seq, limit).map(Ok)
             }
         })
-        .await?;
-    let mut rows = found.ok_or_else(|| {
-        ApiError::NotFound(
-            "`after` names no event of this merchant (it may have been pruned)".to_owned(),
-        )
-    })?;
-    let page = usize::try_from(limit).unwrap_or(0);
-    let has_more = rows.len() > page;
-    rows.truncate(page);
+        .await??;
+    let (rows, has_more) = crate::db::page(rows, limit);
     Ok(view::render_list(
         rows.iter().map(|r| r.body.as_str()),
         has_more,

@@ -392,12 +392,12 @@ pub async fn list_payments(
     filter: ListFilter,
 ) -> Result<String, ApiError> {
     let merchant_id = merchant.id.clone();
-    let limit = usize::try_from(filter.limit).unwrap_or(0);
-    let mut rows = state
+    let limit = filter.limit;
+    let rows = state
         .db
         .run(move |conn| rows::list(conn, &merchant_id, &filter))
-        .await?;
-    let has_more = rows.len() > limit;
-    rows.truncate(limit);
+        .await?
+        .ok_or_else(|| ApiError::unknown_cursor("payment"))?;
+    let (rows, has_more) = crate::db::page(rows, limit);
     view::render_list(&rows, has_more)
 }

@@ -410,19 +410,21 @@ pub async fn list_refunds(
     starting_after: Option<String>,
 ) -> Result<String, ApiError> {
     let merchant_id = merchant.id.clone();
-    let mut rows = state
+    let rows = state
         .db
         .run(move |conn| {
             if rows::find_payment(conn, &merchant_id, payment_id.as_str())?.is_none() {
-                return Ok(None);
+                return Ok(Err(no_such_payment()));
             }
-            rows::list_for_payment(conn, payment_id.as_str(), limit, starting_after.as_deref())
-                .map(Some)
+            let page = rows::list_for_payment(
+                conn,
+                payment_id.as_str(),
+                limit,
+                starting_after.as_deref(),
+            )?;
+            Ok(page.ok_or_else(|| ApiError::unknown_cursor("refund")))
         })
-        .await?
-        .ok_or_else(no_such_payment)?;
-    let page = usize::try_from(limit).unwrap_or(0);
-    let has_more = rows.len() > page;
-    rows.truncate(page);
+        .await??;
+    let (rows, has_more) = crate::db::page(rows, limit);
     view::render_list(&rows, has_more).map_err(ApiError::internal)
 }

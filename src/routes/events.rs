@@ -39,7 +39,7 @@ pub fn request_ref(req: &HttpRequest, key: Option<&IdempotencyKey>) -> RequestRe
         (status = 200, description = "A page of events", body = crate::events::view::EventList),
         (status = 400, description = "`invalid_request` (`param` names the query parameter)", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`: `after` names no event of yours (it may have been pruned: start again without it)", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: `after` or `starting_after` names no event of yours (it may have been pruned: start again without it)", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     )

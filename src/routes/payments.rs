@@ -189,6 +189,7 @@ pub async fn get(
         (status = 200, description = "A page of payments", body = crate::payments::view::PaymentList),
         (status = 400, description = "`invalid_request` (`param` names the query parameter)", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: `starting_after` names no payment of yours", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     )

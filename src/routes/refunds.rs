@@ -67,7 +67,7 @@ pub async fn create(
         (status = 200, description = "A page of refunds", body = crate::refunds::view::RefundList),
         (status = 400, description = "`invalid_request`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id)", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id), or `starting_after` names no refund of it", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     )

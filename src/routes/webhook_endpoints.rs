@@ -124,6 +124,7 @@ pub async fn create(
         (status = 200, description = "A page of endpoints", body = crate::webhook_endpoints::view::EndpointList),
         (status = 400, description = "`invalid_request`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: `starting_after` names no webhook endpoint of yours", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     )
@@ -290,7 +291,7 @@ pub async fn rotate_secret(
         (status = 200, description = "A page of deliveries", body = crate::webhook_endpoints::view::DeliveryList),
         (status = 400, description = "`invalid_request`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`not_found`: no such endpoint of yours, or `starting_after` names no delivery of it", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
     )

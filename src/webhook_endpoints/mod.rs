@@ -319,13 +319,12 @@ pub async fn list(
     limit: i64,
 ) -> Result<String, ApiError> {
     let merchant_id = merchant.id.clone();
-    let mut found = state
+    let found = state
         .db
         .run(move |conn| rows::list(conn, &merchant_id, starting_after.as_deref(), limit))
-        .await?;
-    let page = usize::try_from(limit).unwrap_or(0);
-    let has_more = found.len() > page;
-    found.truncate(page);
+        .await?
+        .ok_or_else(|| ApiError::unknown_cursor("webhook endpoint"))?;
+    let (found, has_more) = crate::db::page(found, limit);
     Ok(view::render_list(&found, has_more))
 }
 
@@ -429,20 +428,23 @@ pub async fn list_deliveries(
         return Err(no_such_endpoint());
     }
     let merchant_id = merchant.id.clone();
-    let mut found = state
+    let found = state
         .db
         .run(move |conn| {
             if rows::find(conn, &merchant_id, &id)?.is_none() {
-                return Ok(None);
+                return Ok(Err(no_such_endpoint()));
             }
-            delivery_rows::list_for_endpoint(conn, &id, status, starting_after.as_deref(), limit)
-                .map(Some)
+            let page = delivery_rows::list_for_endpoint(
+                conn,
+                &id,
+                status,
+                starting_after.as_deref(),
+                limit,
+            )?;
+            Ok(page.ok_or_else(|| ApiError::unknown_cursor("delivery of this endpoint")))
         })
-        .await?
-        .ok_or_else(no_such_endpoint)?;
-    let page = usize::try_from(limit).unwrap_or(0);
-    let has_more = found.len() > page;
-    found.truncate(page);
+        .await??;
+    let (found, has_more) = crate::db::page(found, limit);
     Ok(view::render_deliveries(&found, has_more))
 }
 

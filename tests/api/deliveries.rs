@@ -574,6 +574,97 @@ async fn many_hanging_endpoints_do_not_delay_deliveries_to_another() {
     assert!(held.iter().all(|r| r.answered.is_none()), "still hanging");
 }
 
+/// A list's `starting_after` must name one of the caller's own objects: another merchant's,
+/// or one that does not exist, is a 404 (CONTRACT §2), as the feed's `after` is.
+#[actix_web::test]
+async fn a_cursor_naming_nothing_of_yours_is_404_on_every_list() {
+    let app = app_delivering(|_| {}).await;
+    let receiver = Receiver::always(200).await;
+    let theirs_key = app.create_merchant("other").await;
+    let id_of = |response: TestResponse| {
+        assert!(response.status.is_success(), "{}", response.text());
+        response.json()["id"].as_str().unwrap().to_owned()
+    };
+    let first_id = |response: TestResponse| {
+        response.json()["data"][0]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let endpoint_body = json!({"url": receiver.url, "enabled_events": ["*"]});
+
+    // One object of each kind for each merchant (their endpoints first, so that each
+    // has a delivery).
+    let (ours_endpoint, _) = app.create_endpoint(&receiver.url, &["*"]).await;
+    let theirs_endpoint = id_of(
+        app.post_json("/v1/webhook_endpoints", &theirs_key, None, &endpoint_body)
+            .await,
+    );
+    let ours_payment = app.paid_payment(500).await;
+    let ours_refund = id_of(
+        app.post_refund(&ours_payment, "r", &json!({"amount": 100}))
+            .await,
+    );
+    let theirs_payment = id_of(
+        app.post_json("/v1/payments", &theirs_key, Some("p"), &visa(700))
+            .await,
+    );
+    let theirs_refund = id_of(
+        app.post_json(
+            &format!("/v1/payments/{theirs_payment}/refunds"),
+            &theirs_key,
+            Some("r"),
+            &json!({"amount": 100}),
+        )
+        .await,
+    );
+    receiver.wait_for("4 events", |r| r.len() >= 4).await;
+    let ours_deliveries = format!("/v1/webhook_endpoints/{ours_endpoint}/deliveries");
+    let theirs_deliveries = format!("/v1/webhook_endpoints/{theirs_endpoint}/deliveries");
+    let lists = [
+        (
+            "/v1/payments".to_owned(),
+            ours_payment.clone(),
+            theirs_payment,
+        ),
+        (
+            format!("/v1/payments/{ours_payment}/refunds"),
+            ours_refund,
+            theirs_refund,
+        ),
+        (
+            "/v1/events".to_owned(),
+            first_id(app.get("/v1/events").await),
+            first_id(app.get_as("/v1/events", &theirs_key).await),
+        ),
+        (
+            "/v1/webhook_endpoints".to_owned(),
+            ours_endpoint,
+            theirs_endpoint,
+        ),
+        (
+            ours_deliveries.clone(),
+            first_id(app.get(&ours_deliveries).await),
+            first_id(app.get_as(&theirs_deliveries, &theirs_key).await),
+        ),
+    ];
+    for (list, ours, theirs) in lists {
+        // A well-formed id of the same kind that names nothing.
+        let made_up = format!(
+            "{}{}",
+            &ours[..ours.len() - 1],
+            if ours.ends_with('0') { '1' } else { '0' }
+        );
+        let page = app.get(&format!("{list}?starting_after={ours}")).await;
+        assert_eq!(page.status, 200, "{list} after ours: {}", page.text());
+        for cursor in [theirs, made_up] {
+            app.get(&format!("{list}?starting_after={cursor}"))
+                .await
+                .assert_problem(404, "not_found");
+        }
+    }
+}
+
 #[actix_web::test]
 async fn a_rotated_secret_signs_beside_the_new_one_until_it_expires() {
     let app = app_delivering(|_| {}).await;
