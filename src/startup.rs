@@ -4,7 +4,6 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix_web::body::MessageBody;
 use actix_web::dev::{Server, ServerHandle, Service, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::{App, HttpMessage, HttpServer, web};
@@ -41,6 +40,21 @@ pub struct Application {
     server: Server,
     simulator: Option<Arc<Simulator>>,
     state: AppState,
+}
+
+/// The docs page's file server answers an unknown file under `/docs/` with a bare 404; it
+/// gets the problem body every other error has (CONTRACT §2).
+fn bare_not_found_as_problem(res: ServiceResponse) -> ServiceResponse {
+    use actix_web::ResponseError;
+    let bare = res.status() == actix_web::http::StatusCode::NOT_FOUND
+        && !res
+            .headers()
+            .contains_key(actix_web::http::header::CONTENT_TYPE);
+    if !bare {
+        return res;
+    }
+    let problem = crate::error::ApiError::NotFound("no such route".to_owned()).error_response();
+    res.into_response(problem)
 }
 
 /// Opens the pool and brings the schema up to date.
@@ -259,7 +273,7 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
                 let started = Instant::now();
                 let fut = srv.call(req);
                 async move {
-                    let mut res: ServiceResponse<_> = fut.await?;
+                    let mut res = bare_not_found_as_problem(fut.await?.map_into_boxed_body());
                     if let Ok(value) = HeaderValue::from_str(&request_id) {
                         res.headers_mut().insert(REQUEST_ID, value);
                     }
@@ -283,7 +297,7 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
                         latency_ms = elapsed.as_secs_f64() * 1000.0,
                         "request"
                     );
-                    Ok::<_, actix_web::Error>(res.map_body(|_, b| b.boxed()))
+                    Ok::<_, actix_web::Error>(res)
                 }
             })
             .configure(routes::configure)

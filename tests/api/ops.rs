@@ -373,6 +373,12 @@ async fn the_docs_page_is_served_from_the_binary() {
     let init = init.text();
     assert!(init.contains("/openapi.json"), "{init}");
     assert!(!init.contains("https://"), "{init}");
+    // A file the page does not have is a 404 like any other: a problem, with a request id.
+    for missing in ["/docs/nope.js", "/docs/%00"] {
+        let response = app.request("GET", missing, &[], Vec::new()).await;
+        response.assert_problem(404, "not_found");
+        assert!(response.header("x-request-id").is_some(), "{missing}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------
