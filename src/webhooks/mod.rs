@@ -306,7 +306,9 @@ fn finish_payment(
             status: final_row.status,
         })
     } else {
-        Ok(already_final(&row))
+        // Finished meanwhile: report the state it was finished in, not the one read above.
+        let now = payment_rows::find_by_id(conn, &row.id)?.unwrap_or(row);
+        Ok(already_final(&now))
     }
 }
 
