@@ -23,7 +23,9 @@ pub struct JsonObject {
 pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest {
         detail: format!("the body is not valid JSON: {e}"),
-        param: None,
+        param: out_of_range(&e)
+            .then(|| field_at(body, e.line(), e.column()))
+            .flatten(),
     })?;
     match &value {
         Value::Object(fields) => {
@@ -39,6 +41,64 @@ pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
         })?,
     }
     Ok(value)
+}
+
+/// Well-formed JSON the parser still cannot hold: a number beyond `f64` (`1e400`), nesting
+/// past its recursion limit. The document is refused whole before any field is read, so
+/// the field is found from where the parser stopped.
+fn out_of_range(e: &serde_json::Error) -> bool {
+    let message = e.to_string();
+    message.starts_with("number out of range") || message.starts_with("recursion limit exceeded")
+}
+
+/// The top-level field whose value holds `line`:`column` (1-based, as serde_json reports).
+fn field_at(body: &[u8], line: usize, column: usize) -> Option<String> {
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    let line_start = if line <= 1 {
+        0
+    } else {
+        body.iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'\n')
+            .nth(line - 2)?
+            .0
+            + 1
+    };
+    let at = (line_start + column.saturating_sub(1)).min(body.len());
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let (mut key_start, mut key) = (None, None::<String>);
+    for (i, &b) in body[..at].iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => {
+                    in_string = false;
+                    if let Some(start) = key_start.take() {
+                        key = serde_json::from_slice(&body[start..=i]).ok();
+                    }
+                }
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = true;
+                // A string at depth 1 where a key may start: after `{` or `,`.
+                let before = body[..i].iter().rev().find(|c| !c.is_ascii_whitespace());
+                if depth == 1 && matches!(before, Some(b'{' | b',')) {
+                    key_start = Some(i);
+                }
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    key.filter(|_| depth >= 1)
 }
 
 fn check_json_strings(value: &Value) -> Result<(), &'static str> {
@@ -194,5 +254,36 @@ impl JsonObject {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn param_of(body: &str) -> Option<String> {
+        match parse_json(body.as_bytes()) {
+            Err(ApiError::InvalidRequest { param, .. }) => param,
+            other => panic!("{body}: {:?}", other.map(|_| ())),
+        }
+    }
+
+    #[test]
+    fn a_value_the_parser_cannot_hold_names_its_top_level_field() {
+        assert_eq!(param_of(r#"{"amount": 1e400}"#).as_deref(), Some("amount"));
+        assert_eq!(
+            param_of("{\n  \"a\\\"b\": \"x,{\",\n  \"n\": [1, {\"m\": -1e999}]\n}").as_deref(),
+            Some("n"),
+            "escaped quotes, strings holding a comma and a brace, a nested value, several lines"
+        );
+        let deep = format!(
+            r#"{{"x": 1, "metadata": {}{}}}"#,
+            "[".repeat(300),
+            "]".repeat(300)
+        );
+        assert_eq!(param_of(&deep).as_deref(), Some("metadata"));
+        // Not an object, or not well-formed: no field to name.
+        assert_eq!(param_of("[1e400]"), None);
+        assert_eq!(param_of(r#"{"amount": 12x}"#), None);
     }
 }

@@ -49,6 +49,9 @@ async fn bad_requests_get_their_status_and_code_and_change_nothing() {
         ("missing method", with(&[json_ct.clone(), key("k1")]), br#"{"amount":100,"currency":"usd"}"#.to_vec(), 400, "invalid_request", Some("payment_method")),
         ("metadata value", with(&[json_ct.clone(), key("k1")]), br#"{"amount":100,"currency":"usd","payment_method":"pm_card_visa","metadata":{"a":{"b":1}}}"#.to_vec(), 400, "invalid_request", Some("metadata")),
         ("deep nesting", with(&[json_ct.clone(), key("k1")]), format!("{}{}", "[".repeat(5000), "]".repeat(5000)).into_bytes(), 400, "invalid_request", None),
+        ("amount beyond f64", with(&[json_ct.clone(), key("k1")]), br#"{"currency":"usd","payment_method":"pm_card_visa",
+            "amount": 1e400}"#.to_vec(), 400, "invalid_request", Some("amount")),
+        ("deep metadata", with(&[json_ct.clone(), key("k1")]), format!(r#"{{"amount":1,"currency":"usd","metadata":{{"a":{}1{}}}}}"#, "[".repeat(200), "]".repeat(200)).into_bytes(), 400, "invalid_request", Some("metadata")),
         ("bad utf-8", with(&[json_ct.clone(), key("k1")]), b"{\"amount\":\xff}".to_vec(), 400, "invalid_request", None),
     ];
 
