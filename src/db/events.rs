@@ -75,13 +75,10 @@ pub fn list_newest_first(
     starting_after: Option<&str>,
     limit: i64,
 ) -> QueryResult<Option<Vec<EventRow>>> {
-    if let Some(cursor) = starting_after {
-        let known = events::table
-            .filter(events::id.eq(cursor.to_owned()))
-            .filter(events::merchant_id.eq(merchant_id));
-        if !diesel::select(diesel::dsl::exists(known)).get_result::<bool>(conn)? {
-            return Ok(None);
-        }
+    if let Some(cursor) = starting_after
+        && find(conn, merchant_id, cursor)?.is_none()
+    {
+        return Ok(None);
     }
     let mut query = events::table
         .filter(events::merchant_id.eq(merchant_id))

@@ -210,13 +210,10 @@ pub fn list(
     merchant_id: &str,
     filter: &ListFilter,
 ) -> QueryResult<Option<Vec<PaymentRow>>> {
-    if let Some(cursor) = &filter.starting_after {
-        let known = payments::table
-            .filter(payments::id.eq(cursor))
-            .filter(payments::merchant_id.eq(merchant_id));
-        if !diesel::select(diesel::dsl::exists(known)).get_result::<bool>(conn)? {
-            return Ok(None);
-        }
+    if let Some(cursor) = &filter.starting_after
+        && find(conn, merchant_id, cursor)?.is_none()
+    {
+        return Ok(None);
     }
     let mut query = payments::table
         .filter(payments::merchant_id.eq(merchant_id))

@@ -202,14 +202,11 @@ pub fn list_for_payment(
     limit: i64,
     starting_after: Option<&str>,
 ) -> QueryResult<Option<Vec<RefundRow>>> {
-    if let Some(cursor) = starting_after {
-        let known = refunds::table
-            .filter(refunds::id.eq(cursor))
-            .filter(refunds::payment_id.eq(payment_id))
-            .filter(refunds::status.ne(REJECTED));
-        if !diesel::select(diesel::dsl::exists(known)).get_result::<bool>(conn)? {
-            return Ok(None);
-        }
+    if let Some(cursor) = starting_after
+        && !find_by_id(conn, cursor)?
+            .is_some_and(|r| r.payment_id == payment_id && r.status != REJECTED)
+    {
+        return Ok(None);
     }
     let mut query = refunds::table
         .filter(refunds::payment_id.eq(payment_id))

@@ -69,13 +69,10 @@ pub fn list(
     starting_after: Option<&str>,
     limit: i64,
 ) -> QueryResult<Option<Vec<EndpointRow>>> {
-    if let Some(cursor) = starting_after {
-        let known = webhook_endpoints::table
-            .filter(webhook_endpoints::id.eq(cursor.to_owned()))
-            .filter(webhook_endpoints::merchant_id.eq(merchant_id));
-        if !diesel::select(diesel::dsl::exists(known)).get_result::<bool>(conn)? {
-            return Ok(None);
-        }
+    if let Some(cursor) = starting_after
+        && find(conn, merchant_id, cursor)?.is_none()
+    {
+        return Ok(None);
     }
     let mut query = webhook_endpoints::table
         .filter(webhook_endpoints::merchant_id.eq(merchant_id))
