@@ -230,11 +230,11 @@ mod tests {
     /// Counts lookups; each takes a while, as a database query waiting for a connection.
     async fn look_up(
         lookups: &AtomicUsize,
-        found: Option<Merchant>,
+        answer: Result<Option<Merchant>, Failed>,
     ) -> Result<Option<Merchant>, Failed> {
         lookups.fetch_add(1, Ordering::SeqCst);
         actix_web::rt::time::sleep(Duration::from_millis(20)).await;
-        Ok(found)
+        answer
     }
 
     fn no_lookup_lock_left(cache: &ApiKeyCache) -> bool {
@@ -246,7 +246,7 @@ mod tests {
     async fn requests_that_miss_together_look_the_key_up_once() {
         let (cache, lookups) = (ApiKeyCache::default(), AtomicUsize::new(0));
         let answers = join_all(
-            (0..200).map(|_| cache.merchant("hash_1", |_| look_up(&lookups, Some(merchant())))),
+            (0..200).map(|_| cache.merchant("hash_1", |_| look_up(&lookups, Ok(Some(merchant()))))),
         )
         .await;
         assert!(
@@ -259,7 +259,7 @@ mod tests {
         assert!(no_lookup_lock_left(&cache));
 
         // Other keys are looked up on their own, not behind this one.
-        let other = cache.merchant("hash_2", |_| look_up(&lookups, Some(merchant())));
+        let other = cache.merchant("hash_2", |_| look_up(&lookups, Ok(Some(merchant()))));
         assert!(other.await.is_ok_and(|m| m.is_some()));
         assert_eq!(lookups.load(Ordering::SeqCst), 2);
     }
@@ -268,7 +268,8 @@ mod tests {
     async fn an_unknown_key_is_answered_by_a_lookup_that_began_after_the_request_arrived() {
         let (cache, lookups) = (ApiKeyCache::default(), AtomicUsize::new(0));
         let answers =
-            join_all((0..6).map(|_| cache.merchant("nobody", |_| look_up(&lookups, None)))).await;
+            join_all((0..6).map(|_| cache.merchant("nobody", |_| look_up(&lookups, Ok(None)))))
+                .await;
         assert!(answers.iter().all(|a| matches!(a, Ok(None))));
         // The first lookup began before the others arrived (the key may have been created
         // since), so it answers only its own request; the second answers all the rest.
@@ -279,12 +280,10 @@ mod tests {
     #[actix_web::test]
     async fn a_failed_lookup_fails_the_requests_that_waited_for_it_at_once() {
         let (cache, lookups) = (ApiKeyCache::default(), AtomicUsize::new(0));
-        let failing = |_| async {
-            lookups.fetch_add(1, Ordering::SeqCst);
-            actix_web::rt::time::sleep(Duration::from_millis(20)).await;
-            Err::<Option<Merchant>, _>(Failed::Own)
-        };
-        let answers = join_all((0..10).map(|_| cache.merchant("hash_1", failing))).await;
+        let answers = join_all(
+            (0..10).map(|_| cache.merchant("hash_1", |_| look_up(&lookups, Err(Failed::Own)))),
+        )
+        .await;
         // One lookup's wait, not ten in turn (nor ten at once, each its own timeout).
         assert_eq!(lookups.load(Ordering::SeqCst), 1);
         assert!(matches!(answers[0], Err(Failed::Own)));
@@ -296,7 +295,7 @@ mod tests {
         assert!(no_lookup_lock_left(&cache));
 
         // A request that arrives after the failure asks again.
-        let later = cache.merchant("hash_1", |_| look_up(&lookups, Some(merchant())));
+        let later = cache.merchant("hash_1", |_| look_up(&lookups, Ok(Some(merchant()))));
         assert!(later.await.is_ok_and(|m| m.is_some()));
         assert_eq!(lookups.load(Ordering::SeqCst), 2);
     }
@@ -308,12 +307,12 @@ mod tests {
         // leaves its lock behind.
         let gave_up = actix_web::rt::time::timeout(
             Duration::from_millis(5),
-            cache.merchant("hash_1", |_| look_up(&lookups, Some(merchant()))),
+            cache.merchant("hash_1", |_| look_up(&lookups, Ok(Some(merchant())))),
         )
         .await;
         assert!(gave_up.is_err());
         assert!(no_lookup_lock_left(&cache));
-        let next = cache.merchant("hash_1", |_| look_up(&lookups, Some(merchant())));
+        let next = cache.merchant("hash_1", |_| look_up(&lookups, Ok(Some(merchant()))));
         assert!(next.await.is_ok_and(|m| m.is_some()));
     }
 }

@@ -116,7 +116,8 @@ const DROP_HANG: Duration = Duration::from_secs(3600);
 
 /// One money-moving call: faults first (nothing charged), then the simulator (charged
 /// once per idempotency key), then maybe a dropped answer (charged, never answered). A
-/// refused capture or cancel is answered 409.
+/// scripted refusal (`refuse_next`) answers its 4xx and moves nothing; a capture or cancel
+/// the simulator refuses is answered 409.
 async fn money_call<Req, Res, F>(
     state: &SimState,
     req: &HttpRequest,
