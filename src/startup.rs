@@ -72,7 +72,7 @@ pub fn connect_and_migrate(settings: &Settings) -> Result<Db, StartupError> {
         .map_err(|e| StartupError::Database(format!("cannot connect to the database: {e}")))?;
     db::run_migrations(&mut conn).map_err(StartupError::Database)?;
     drop(conn);
-    Ok(Db::for_target(pool, &target))
+    Ok(Db::new(pool, &target))
 }
 
 impl Application {

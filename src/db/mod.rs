@@ -511,12 +511,19 @@ mod tests {
         .unwrap()
     }
 
+    fn postgres_db(url: &str, size: u32) -> Db {
+        Db::new(
+            postgres_pool(url, size, true),
+            &DatabaseTarget::parse(url).unwrap(),
+        )
+    }
+
     /// What a primary that died does to a pool: every connection it holds leads nowhere.
     /// The first request to find out answers 503; none after it may meet another of them.
     #[actix_web::test]
     async fn one_lost_connection_drops_every_connection_opened_before_it() {
         let Some(url) = test_postgres() else { return };
-        let db = Db::new(postgres_pool(&url, 4, true));
+        let db = postgres_db(&url, 4);
         let pids: Vec<i32> = {
             let mut held: Vec<_> = (0..4).map(|_| db.pool().get().unwrap()).collect();
             held.iter_mut().map(|c| backend_pid(c).unwrap()).collect()
@@ -567,7 +574,7 @@ mod tests {
             return;
         };
         let (_schema, url) = Schema::create(&base_url);
-        let db = Db::new(postgres_pool(&url, 1, true));
+        let db = postgres_db(&url, 1);
         let before = db.run(backend_pid).await.unwrap();
         db.run(|c| c.batch_execute("SET default_transaction_read_only = on"))
             .await
@@ -650,16 +657,8 @@ pub struct Db {
 pub const SERVER_DEADLINE: Duration = Duration::from_secs(4);
 
 impl Db {
-    /// A database whose calls wait as long as they take (SQLite; tests).
-    pub fn new(pool: Pool) -> Self {
-        Self {
-            pool,
-            deadline: None,
-        }
-    }
-
     /// The database of `target`: PostgreSQL calls give up after [`SERVER_DEADLINE`].
-    pub fn for_target(pool: Pool, target: &DatabaseTarget) -> Self {
+    pub fn new(pool: Pool, target: &DatabaseTarget) -> Self {
         let deadline = matches!(target, DatabaseTarget::Postgres(_)).then_some(SERVER_DEADLINE);
         Self { pool, deadline }
     }
