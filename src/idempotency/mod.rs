@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -113,6 +113,8 @@ pub struct InFlight {
     running: Arc<Mutex<HashMap<Entry, Running>>>,
     /// Reads of a row by duplicates waiting for another instance (see [`follow`]).
     polls: Arc<AtomicU64>,
+    /// Duplicates polling a row right now, one per key (see [`follow`]).
+    pollers: Arc<AtomicUsize>,
 }
 
 /// This request's turn under an idempotency scope in this process.
@@ -186,6 +188,28 @@ impl InFlight {
     /// Reads of rows by duplicates waiting for a request in another instance, since start.
     pub fn polls(&self) -> u64 {
         self.polls.load(Ordering::Relaxed)
+    }
+
+    /// Counts a duplicate among the pollers until the returned guard drops.
+    fn start_polling(&self) -> Polling {
+        self.pollers.fetch_add(1, Ordering::Relaxed);
+        Polling(self.pollers.clone())
+    }
+}
+
+/// One duplicate polling a row, counted while it lives.
+struct Polling(Arc<AtomicUsize>);
+
+impl Polling {
+    /// How long this poller waits between reads: see [`poll_interval`].
+    fn interval(&self) -> Duration {
+        poll_interval(self.0.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for Polling {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -307,10 +331,19 @@ pub async fn wait_for_outcome(
 
 /// How long a duplicate told "in use" should wait before retrying.
 pub const RETRY_AFTER_SECS: u64 = 1;
-/// Polling bounds for the duplicate whose first request runs in another instance. Only
-/// one request per key and instance polls (the others wait on it, see [`lead_or_join`]),
-/// so the interval can stay short: the answer is seen at most 25 ms after it is stored.
-const POLL_FIRST: Duration = Duration::from_millis(10);
+/// How often a duplicate reads the row of a request running in another instance, with
+/// `pollers` keys being polled in this process. Only one request per key and instance polls
+/// (the others wait on it, see [`lead_or_join`]). The polls share a budget of about
+/// 1 000 reads/s: a lone key (a storm over several instances) is read every 5 ms, and from
+/// 25 keys on each is read every 25 ms, so an answer is seen at most 25 ms after it is
+/// stored.
+fn poll_interval(pollers: usize) -> Duration {
+    let share = POLL_BUDGET_PERIOD.saturating_mul(u32::try_from(pollers).unwrap_or(u32::MAX));
+    share.clamp(POLL_MIN, POLL_MAX)
+}
+/// One read per this period, shared among the keys being polled.
+const POLL_BUDGET_PERIOD: Duration = Duration::from_millis(1);
+const POLL_MIN: Duration = Duration::from_millis(5);
 const POLL_MAX: Duration = Duration::from_millis(25);
 
 /// A row that is its own idempotency record: a stored final answer once finished, and a
@@ -416,7 +449,7 @@ where
     LF: Future<Output = Result<R, ApiError>>,
 {
     let deadline = Instant::now() + wait;
-    let mut poll = POLL_FIRST;
+    let mut polling = None;
     loop {
         if let Some(answer) = row.stored_answer() {
             return Ok(Followed::Answer(answer.replayed()));
@@ -440,9 +473,9 @@ where
             return Ok(Followed::Answer(answer.for_duplicate()));
         }
         if inflight.subscribe(row.record_id()).is_none() {
-            // Running elsewhere (another instance), or it just ended: poll with backoff.
-            actix_web::rt::time::sleep(poll.min(remaining)).await;
-            poll = (poll * 2).min(POLL_MAX);
+            // Running elsewhere (another instance), or it just ended: poll.
+            let polling = polling.get_or_insert_with(|| inflight.start_polling());
+            actix_web::rt::time::sleep(polling.interval().min(remaining)).await;
         }
         inflight.polls.fetch_add(1, Ordering::Relaxed);
         crate::metrics::idempotency_poll();
@@ -556,6 +589,26 @@ mod tests {
         actix_web::rt::task::yield_now().await;
         drop(guard);
         assert_eq!(waiter.await.unwrap(), None);
+    }
+
+    #[test]
+    fn pollers_share_a_budget_of_reads_within_bounds() {
+        let ms = Duration::from_millis;
+        assert_eq!(poll_interval(1), ms(5), "a lone key is read every 5 ms");
+        assert_eq!(poll_interval(10), ms(10), "10 keys share 1 000 reads/s");
+        assert_eq!(poll_interval(25), ms(25));
+        assert_eq!(poll_interval(10_000), ms(25), "never slower than 25 ms");
+
+        let registry = InFlight::default();
+        let first = registry.start_polling();
+        let others: Vec<_> = (0..9).map(|_| registry.start_polling()).collect();
+        assert_eq!(first.interval(), ms(10), "10 pollers count");
+        drop(others);
+        assert_eq!(
+            first.interval(),
+            ms(5),
+            "pollers that ended no longer count"
+        );
     }
 }
 
