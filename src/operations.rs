@@ -442,18 +442,26 @@ fn finish<O: Operation>(
 }
 
 /// The outcome is not known yet: give up the lease so a retry or the recovery worker can
-/// resume at once, and answer 202.
+/// resume at once, and answer 202. Unless it is known after all: a webhook may have
+/// finished the row while the provider's `pending` (or a timeout) was on its way, and then
+/// the answer is the final one it stored, 201 like every retry's.
 async fn release<O: Operation>(
     state: &AppState,
     row: O::Row,
     token: String,
     provider_ref: Option<String>,
 ) -> Result<Answer, ApiError> {
-    let body = state
+    let (body, now) = state
         .db
-        .run(move |conn| O::release(conn, &row, &token, provider_ref.as_deref()))
+        .run(move |conn| {
+            let body = O::release(conn, &row, &token, provider_ref.as_deref())?;
+            Ok((body, O::find(conn, row.record_id())?))
+        })
         .await?;
-    Ok(Answer::new(202, body))
+    match now.as_ref().and_then(IdempotentRecord::stored_answer) {
+        Some(answer) => Ok(answer),
+        None => Ok(Answer::new(202, body)),
+    }
 }
 
 /// Rows taken over per pass and kind; the rest wait for the next pass.

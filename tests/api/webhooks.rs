@@ -815,3 +815,28 @@ async fn webhook_outcomes_are_counted_in_the_metrics() {
         );
     }
 }
+
+#[actix_web::test]
+async fn a_webhook_that_overtakes_the_providers_pending_answer_makes_the_request_final() {
+    // The simulator's webhook finishes the charge at 100 ms; its `pending` answer to the
+    // charge itself arrives at 1 s. The request answers what is true by then: final.
+    let app = spawn_app_with(|s| {
+        s.provider_async_delay = Duration::from_millis(100);
+        s.provider_latency = Duration::from_millis(1000);
+    })
+    .await;
+    let request = json!({"amount": 4200, "currency": "usd", "payment_method": "pm_card_async"});
+    let first = app.post_payment("overtaken-1", &request).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    let payment = first.json();
+    assert_eq!(payment["status"], "succeeded");
+    assert_eq!(first.header("idempotent-replayed"), None);
+    assert_eq!(app.webhook_events().await, 1, "it came by webhook");
+    assert_eq!(app.payment(&payment["id"]).await, payment);
+
+    let retry = app.post_payment("overtaken-1", &request).await;
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retry.body, first.body, "one answer, first and replayed");
+    assert_eq!(app.charges(), 1);
+}
