@@ -1,7 +1,8 @@
 //! The provider over HTTP (`PROVIDER_URL`): every attempt has its own timeout, and
-//! connection errors, timeouts, 5xx, 408 and 429 are retried with exponential backoff and
-//! full jitter — always with the same idempotency key, so retrying can never charge twice.
-//! Any other 4xx is the provider's final refusal of the operation: nothing moved.
+//! connection errors, timeouts and 5xx are retried with exponential backoff and full
+//! jitter — always with the same idempotency key, so retrying can never charge twice.
+//! A 4xx, any 4xx (408 and 429 too, CONTRACT §7), is the provider's final refusal of the
+//! operation: nothing moved.
 
 use std::time::Duration;
 
@@ -52,11 +53,6 @@ enum Attempt<T> {
     Refused(String),
 }
 
-/// Statuses that say "not now" rather than "no": a 4xx is a final refusal except these.
-fn asks_to_retry(status: awc::http::StatusCode) -> bool {
-    status.is_server_error() || matches!(status.as_u16(), 408 | 429)
-}
-
 impl HttpProvider {
     pub fn new(base_url: String, timeout: Duration, max_attempts: u32) -> Self {
         Self {
@@ -87,7 +83,7 @@ impl HttpProvider {
                 .limit(1024 * 1024)
                 .await
                 .map_err(|e| Attempt::Retry(format!("response body lost: {e}")))?;
-            if asks_to_retry(status) {
+            if status.is_server_error() {
                 return Err(Attempt::Retry(format!("provider answered {status}")));
             }
             if status.is_client_error() {

@@ -46,18 +46,12 @@ async fn a_provider_500_is_retried_with_the_same_key_and_charges_once() {
     assert_eq!(app.charges(), 1);
 }
 
-/// A 4xx other than 408/429 is the provider's final refusal (CONTRACT §7): nothing moved, so
-/// the payment fails at once and nobody asks again, neither a retry nor the recovery
-/// worker. A 429 before it is only "not now": retried with the same key, like a 5xx.
+/// Any 4xx is the provider's final refusal (CONTRACT §7), 408 and 429 included: nothing
+/// moved, so the payment fails at once and nobody asks again, neither a retry nor the
+/// recovery worker. A 5xx before it is "outcome unknown": retried with the same key.
 #[actix_web::test]
 async fn a_charge_the_provider_refuses_fails_at_once_and_is_not_asked_again() {
     let provider = spawn_provider().await;
-    provider
-        .faults
-        .refuse_next
-        .lock()
-        .unwrap()
-        .extend([429, 409]);
     let app = spawn_app_with_provider(&provider, |s| {
         s.provider_max_attempts = 3;
         s.processing_lease = Duration::from_millis(200);
@@ -66,25 +60,46 @@ async fn a_charge_the_provider_refuses_fails_at_once_and_is_not_asked_again() {
     .await;
     let calls = || provider.faults.http_calls.load(Ordering::SeqCst);
 
-    let response = app.post_payment("refused", &visa(1500)).await;
-    assert_eq!(response.status, 201, "{}", response.text());
-    let payment = response.json();
-    assert_eq!(payment["status"], "failed");
-    assert_eq!(payment["failure_code"], "provider_refused");
-    assert_eq!(payment["provider_charge_id"], Value::Null);
-    assert_eq!(calls(), 2, "the 429 retried, the 409 final");
-    assert!(provider.simulator.charges().is_empty());
+    for (key, statuses) in [
+        ("refused-409", vec![503, 409]),
+        ("refused-408", vec![408]),
+        ("refused-429", vec![429]),
+    ] {
+        let calls_before = calls();
+        provider
+            .faults
+            .refuse_next
+            .lock()
+            .unwrap()
+            .extend(statuses.iter().copied());
+        let response = app.post_payment(key, &visa(1500)).await;
+        assert_eq!(response.status, 201, "{key}: {}", response.text());
+        let payment = response.json();
+        assert_eq!(payment["status"], "failed", "{key}");
+        assert_eq!(payment["failure_code"], "provider_refused", "{key}");
+        assert_eq!(payment["provider_charge_id"], Value::Null, "{key}");
+        assert_eq!(
+            calls() - calls_before,
+            statuses.len() as u64,
+            "{key}: only a 5xx is retried"
+        );
 
-    // Leases and recovery passes come and go: the payment is final, nobody asks again.
-    actix_web::rt::time::sleep(Duration::from_millis(600)).await;
-    let retry = app.post_payment("refused", &visa(1500)).await;
-    assert_eq!(retry.status, 201);
-    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
-    assert_eq!(retry.body, response.body);
-    assert_eq!(calls(), 2);
-    let events = app.events_of(payment["id"].as_str().unwrap()).await;
-    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-    assert_eq!(types, ["payment.failed"]);
+        // Leases and recovery passes come and go: the payment is final, nobody asks again.
+        actix_web::rt::time::sleep(Duration::from_millis(600)).await;
+        let retry = app.post_payment(key, &visa(1500)).await;
+        assert_eq!(retry.status, 201);
+        assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+        assert_eq!(retry.body, response.body);
+        assert_eq!(
+            calls() - calls_before,
+            statuses.len() as u64,
+            "{key}: asked again"
+        );
+        let events = app.events_of(payment["id"].as_str().unwrap()).await;
+        let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+        assert_eq!(types, ["payment.failed"], "{key}");
+    }
+    assert!(provider.simulator.charges().is_empty());
 }
 
 /// A refund the provider refuses fails at once, and its amount is free again.
