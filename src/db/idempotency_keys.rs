@@ -106,27 +106,3 @@ pub fn release(conn: &mut DbConnection, row: &KeyRow, token: &str) -> QueryResul
     .execute(conn)
     .map(|_| ())
 }
-
-/// Deletes up to `batch` records created before `cutoff`; returns how many.
-pub fn delete_created_before(
-    conn: &mut DbConnection,
-    cutoff: Timestamp,
-    batch: i64,
-) -> QueryResult<usize> {
-    let keys: Vec<(String, String, String)> = idempotency_keys::table
-        .filter(idempotency_keys::created_at.lt(cutoff))
-        .order(idempotency_keys::created_at.asc())
-        .select((
-            idempotency_keys::merchant_id,
-            idempotency_keys::scope,
-            idempotency_keys::idempotency_key,
-        ))
-        .limit(batch)
-        .load(conn)?;
-    let mut deleted = 0;
-    for (merchant_id, scope, key) in keys {
-        deleted += diesel::delete(idempotency_keys::table.find((merchant_id, scope, key)))
-            .execute(conn)?;
-    }
-    Ok(deleted)
-}

@@ -24,7 +24,7 @@ use serde::Serialize;
 use crate::auth::Merchant;
 use crate::db::deliveries::{self as delivery_rows, DeliveryRow};
 use crate::db::events::{self as rows, NewEventRow};
-use crate::db::{Db, DbConnection, DbError, idempotency_keys, webhook_endpoints};
+use crate::db::{Db, DbConnection, DbError, webhook_endpoints};
 use crate::domain::{Timestamp, format_timestamp, now};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -384,34 +384,21 @@ const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
 const PRUNE_FIRST_DELAY: Duration = Duration::from_secs(60);
 const PRUNE_BATCH: i64 = 1000;
 
-/// Deletes events (with their deliveries) and webhook-endpoint idempotency records older
-/// than `retention`, [`PRUNE_BATCH`] rows per statement. Returns how many events went.
+/// Deletes events (with their deliveries) older than `retention`, [`PRUNE_BATCH`] rows per
+/// statement. Returns how many went. Idempotency keys are never pruned, the webhook
+/// endpoints' no more than the payments': a retry a year later still replays (§3).
 pub async fn prune_expired(
     db: &Db,
     now: Timestamp,
     retention: chrono::TimeDelta,
 ) -> Result<usize, DbError> {
     let cutoff = now - retention;
-    let events = prune_in_batches(db, move |conn| {
-        rows::delete_created_before(conn, cutoff, PRUNE_BATCH)
-    })
-    .await?;
-    prune_in_batches(db, move |conn| {
-        idempotency_keys::delete_created_before(conn, cutoff, PRUNE_BATCH)
-    })
-    .await?;
-    Ok(events)
-}
-
-/// Runs `delete` (one batch of at most [`PRUNE_BATCH`] rows) until a batch comes back short.
-async fn prune_in_batches(
-    db: &Db,
-    delete: impl Fn(&mut DbConnection) -> diesel::QueryResult<usize> + Clone + Send + 'static,
-) -> Result<usize, DbError> {
     let full = usize::try_from(PRUNE_BATCH).unwrap_or(usize::MAX);
     let mut total = 0;
     loop {
-        let deleted = db.run(delete.clone()).await?;
+        let deleted = db
+            .run(move |conn| rows::delete_created_before(conn, cutoff, PRUNE_BATCH))
+            .await?;
         total += deleted;
         if deleted < full {
             return Ok(total);

@@ -404,14 +404,17 @@ async fn a_reader_of_the_feed_sees_every_event_once_while_hundreds_commit_on_thr
 #[actix_web::test]
 async fn events_and_their_deliveries_older_than_the_retention_are_pruned() {
     let app = spawn_app_with(|s| s.webhook_allow_private_urls = true).await;
-    let created = app
-        .post_json(
+    let endpoint = json!({"url": "http://127.0.0.1:9/nothing-listens", "enabled_events": ["*"]});
+    let create = || {
+        app.post_json(
             "/v1/webhook_endpoints",
             &app.api_key,
-            None,
-            &json!({"url": "http://127.0.0.1:9/nothing-listens", "enabled_events": ["*"]}),
+            Some("endpoint-kept"),
+            &endpoint,
         )
-        .await;
+    };
+    let created = create().await;
+    assert_eq!(created.status, 201, "{}", created.text());
     let endpoint_id = created.json()["id"].as_str().unwrap().to_owned();
     for amount in [100, 200, 300] {
         app.paid_payment(amount).await;
@@ -436,6 +439,11 @@ async fn events_and_their_deliveries_older_than_the_retention_are_pruned() {
     );
     assert!(app.event_page("?order=asc").await.0.is_empty());
     assert_eq!(deliveries().await, 0, "deliveries go with their events");
+    // Idempotency keys stay: the endpoint's create, retried after the events went, replays.
+    let retry = create().await;
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retry.body, created.body, "no second endpoint");
 }
 
 #[actix_web::test]
