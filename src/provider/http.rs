@@ -87,14 +87,10 @@ impl HttpProvider {
                 return Err(Attempt::Retry(format!("provider answered {status}")));
             }
             if status.is_client_error() {
+                // The status alone: the refusal is shown to merchants (`failure_message`,
+                // a 409's `detail`) and stored for ever, and the provider's body is its own.
                 tracing::warn!(path, %status, "provider refused");
-                let detail = String::from_utf8_lossy(&bytes)
-                    .chars()
-                    .take(200)
-                    .collect::<String>();
-                return Err(Attempt::Refused(format!(
-                    "provider answered {status}: {detail}"
-                )));
+                return Err(Attempt::Refused(format!("provider answered {status}")));
             }
             if !status.is_success() {
                 return Err(Attempt::GiveUp(format!("provider answered {status}")));

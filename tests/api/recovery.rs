@@ -77,6 +77,15 @@ async fn a_charge_the_provider_refuses_fails_at_once_and_is_not_asked_again() {
         let payment = response.json();
         assert_eq!(payment["status"], "failed", "{key}");
         assert_eq!(payment["failure_code"], "provider_refused", "{key}");
+        let message = payment["failure_message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("the provider refused the charge: provider answered 4"),
+            "{key}: {message}"
+        );
+        assert!(
+            !message.contains("simulated"),
+            "the provider's own body stays out: {message}"
+        );
         assert_eq!(payment["provider_charge_id"], Value::Null, "{key}");
         assert_eq!(
             calls() - calls_before,
