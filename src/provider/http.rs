@@ -134,6 +134,20 @@ impl HttpProvider {
     }
 }
 
+/// Everything but RFC 3986's unreserved characters is percent-encoded in a path segment.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `/v1/charges/{charge id}/{action}`, the id as one path segment whatever the provider
+/// made it of (a `/`, `?` or space in it would otherwise change the path, or fail the call).
+fn charge_path(charge_id: &str, action: &str) -> String {
+    let id = percent_encoding::utf8_percent_encode(charge_id, SEGMENT);
+    format!("/v1/charges/{id}/{action}")
+}
+
 impl PaymentProvider for HttpProvider {
     fn create_charge<'a>(
         &'a self,
@@ -158,7 +172,7 @@ impl PaymentProvider for HttpProvider {
         request: &'a CaptureRequest,
     ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
         Box::pin(async move {
-            let path = format!("/v1/charges/{charge_id}/capture");
+            let path = charge_path(charge_id, "capture");
             self.call(&path, idempotency_key, request).await
         })
     }
@@ -169,7 +183,7 @@ impl PaymentProvider for HttpProvider {
         charge_id: &'a str,
     ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
         Box::pin(async move {
-            let path = format!("/v1/charges/{charge_id}/cancel");
+            let path = charge_path(charge_id, "cancel");
             let empty = serde_json::json!({});
             self.call(&path, idempotency_key, &empty).await
         })
@@ -178,8 +192,20 @@ impl PaymentProvider for HttpProvider {
 
 #[cfg(test)]
 mod tests {
-    use super::backoff;
+    use super::{backoff, charge_path};
     use std::time::Duration;
+
+    #[test]
+    fn a_charge_id_is_one_path_segment() {
+        assert_eq!(
+            charge_path("ch_0a-1.b~", "capture"),
+            "/v1/charges/ch_0a-1.b~/capture"
+        );
+        assert_eq!(
+            charge_path("ch_a b/c?d#é", "cancel"),
+            "/v1/charges/ch_a%20b%2Fc%3Fd%23%C3%A9/cancel"
+        );
+    }
 
     #[test]
     fn backoff_is_jittered_under_an_exponential_cap() {
