@@ -202,8 +202,19 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     ] {
         metrics.webhooks.with_label_values(&[outcome.as_str()]);
     }
+    for action in RECOVERY_ACTIONS {
+        metrics.recovery.with_label_values(&[action]);
+    }
     metrics
 });
+
+/// The recovery worker's actions, each on the page from the start.
+const RECOVERY_ACTIONS: [&str; 4] = [
+    "payment_resumed",
+    "refund_resumed",
+    "operation_resumed",
+    "authorization_expired",
+];
 
 /// A method label from a fixed set (an odd extension method must not mint new series).
 fn method_label(method: &Method) -> &'static str {
@@ -387,6 +398,15 @@ mod tests {
             "idempotency_polls_total",
         ] {
             assert!(text.contains(family), "{family} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn every_recovery_action_is_on_the_page_before_it_happens() {
+        let text = render().unwrap();
+        for action in RECOVERY_ACTIONS {
+            let series = format!("recovery_actions_total{{action=\"{action}\"}}");
+            assert!(text.contains(&series), "{series} missing from:\n{text}");
         }
     }
 
