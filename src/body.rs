@@ -21,9 +21,9 @@ pub struct JsonObject {
 /// of the value, like the provider's webhook events) can see text the rule refuses.
 /// A string at fault is a 400 naming the top-level field it is in.
 pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest {
+    let Unique(value) = serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest {
         detail: format!("the body is not valid JSON: {e}"),
-        param: out_of_range(&e)
+        param: refused_whole(&e)
             .then(|| field_at(body, e.line(), e.column()))
             .flatten(),
     })?;
@@ -43,12 +43,78 @@ pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
     Ok(value)
 }
 
-/// Well-formed JSON the parser still cannot hold: a number beyond `f64` (`1e400`), nesting
-/// past its recursion limit. The document is refused whole before any field is read, so
-/// the field is found from where the parser stopped.
-fn out_of_range(e: &serde_json::Error) -> bool {
+/// Well-formed JSON the parser still refuses: a number beyond `f64` (`1e400`), nesting past
+/// its recursion limit, a name given twice in one object. The document is refused whole
+/// before any field is read, so the field is found from where the parser stopped.
+fn refused_whole(e: &serde_json::Error) -> bool {
     let message = e.to_string();
-    message.starts_with("number out of range") || message.starts_with("recursion limit exceeded")
+    ["number out of range", "recursion limit exceeded", DUPLICATE]
+        .iter()
+        .any(|refusal| message.starts_with(refusal))
+}
+
+const DUPLICATE: &str = "a name given twice in one object";
+
+/// A JSON value whose objects each name a member once. `{"amount": 100, "amount": 200}` is
+/// well-formed JSON that parsers read differently (serde_json keeps the last, others the
+/// first): a payment API refuses it rather than guess which amount was meant.
+struct Unique(Value);
+
+impl<'de> serde::Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Unique(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut fields = Map::new();
+        while let Some(name) = map.next_key::<String>()? {
+            let Unique(field) = map.next_value()?;
+            if fields.contains_key(&name) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "{DUPLICATE}: `{name}`"
+                )));
+            }
+            fields.insert(name, field);
+        }
+        Ok(Value::Object(fields))
+    }
 }
 
 /// The top-level field whose value holds `line`:`column` (1-based, as serde_json reports).
@@ -285,5 +351,33 @@ mod tests {
         // Not an object, or not well-formed: no field to name.
         assert_eq!(param_of("[1e400]"), None);
         assert_eq!(param_of(r#"{"amount": 12x}"#), None);
+    }
+
+    #[test]
+    fn a_name_given_twice_in_one_object_is_refused_naming_its_top_level_field() {
+        assert_eq!(
+            param_of(r#"{"amount": 100, "currency": "usd", "amount": 200}"#).as_deref(),
+            Some("amount")
+        );
+        assert_eq!(
+            param_of(r#"{"amount": 1, "metadata": {"a": "1", "a": "2"}}"#).as_deref(),
+            Some("metadata")
+        );
+        assert_eq!(param_of(r#"[{"a": 1, "a": 1}]"#), None);
+        // The same name in different objects, and every kind of value, are fine.
+        let value = parse_json(
+            br#"{"a": {"a": [1, -2, 3.5, true, null, "x", {"a": {}}]}, "b": 18446744073709551615}"#,
+        )
+        .unwrap();
+        assert_eq!(value["a"]["a"][2], 3.5);
+        assert_eq!(value["b"], u64::MAX);
+        let Err(ApiError::InvalidRequest { detail, .. }) = parse_json(br#"{"x": 1, "x": 1}"#)
+        else {
+            panic!("accepted");
+        };
+        assert!(
+            detail.contains("a name given twice in one object: `x`"),
+            "{detail}"
+        );
     }
 }

@@ -53,6 +53,7 @@ async fn bad_requests_get_their_status_and_code_and_change_nothing() {
             "amount": 1e400}"#.to_vec(), 400, "invalid_request", Some("amount")),
         ("deep metadata", with(&[json_ct.clone(), key("k1")]), format!(r#"{{"amount":1,"currency":"usd","metadata":{{"a":{}1{}}}}}"#, "[".repeat(200), "]".repeat(200)).into_bytes(), 400, "invalid_request", Some("metadata")),
         ("bad utf-8", with(&[json_ct.clone(), key("k1")]), b"{\"amount\":\xff}".to_vec(), 400, "invalid_request", None),
+        ("amount given twice", with(&[json_ct.clone(), key("k1")]), br#"{"amount":100,"currency":"usd","payment_method":"pm_card_visa","amount":200}"#.to_vec(), 400, "invalid_request", Some("amount")),
     ];
 
     for (name, headers, body, status, code, param) in cases {
