@@ -401,7 +401,8 @@ async fn an_abandoned_capture_is_finished_by_the_recovery_worker() {
     let app = spawn_app_with_provider(&provider, |s| {
         s.provider_timeout = Duration::from_millis(200);
         s.provider_max_attempts = 1;
-        s.processing_lease = Duration::from_millis(300);
+        // Longer than the request's own attempt: the worker resumes what it gave up.
+        s.processing_lease = Duration::from_millis(1000);
         s.recovery_interval = Duration::from_millis(100);
     })
     .await;

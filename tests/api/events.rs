@@ -453,7 +453,9 @@ async fn a_payment_the_recovery_worker_finishes_has_one_event_and_no_request() {
     let app = spawn_app_with_provider(&provider, |s| {
         s.provider_timeout = Duration::from_millis(200);
         s.provider_max_attempts = 2;
-        s.processing_lease = Duration::from_millis(300);
+        // Longer than the request's own attempts (2 × 200 ms and a backoff): the worker
+        // resumes the payment the request gave up, not one it is still asking about.
+        s.processing_lease = Duration::from_millis(1000);
         s.recovery_interval = Duration::from_millis(100);
     })
     .await;

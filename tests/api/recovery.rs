@@ -172,7 +172,9 @@ async fn every_answer_lost_gives_202_and_recovery_finishes_with_one_charge() {
     let app = spawn_app_with_provider(&provider, |s| {
         s.provider_timeout = Duration::from_millis(200);
         s.provider_max_attempts = 2;
-        s.processing_lease = Duration::from_millis(300);
+        // Longer than the request's own attempts (2 × 200 ms and a backoff): the worker
+        // resumes the payment the request gave up, not one it is still asking about.
+        s.processing_lease = Duration::from_millis(1000);
         s.recovery_interval = Duration::from_millis(100);
     })
     .await;
@@ -395,7 +397,8 @@ async fn a_refund_whose_answer_was_lost_is_finished_by_recovery_once() {
     let app = spawn_app_with_provider(&provider, |s| {
         s.provider_timeout = Duration::from_millis(200);
         s.provider_max_attempts = 1;
-        s.processing_lease = Duration::from_millis(300);
+        // Longer than the request's own attempt: the worker resumes what it gave up.
+        s.processing_lease = Duration::from_millis(1000);
         s.recovery_interval = Duration::from_millis(100);
     })
     .await;
