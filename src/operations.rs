@@ -58,6 +58,15 @@ pub enum Called<O> {
     Pending(Option<String>),
 }
 
+/// What giving up a lease found ([`Operation::release`]).
+pub struct Released {
+    /// The lease was still this request's. If not, a webhook, the recovery worker or
+    /// another request had the row meanwhile, and may have finished it.
+    pub ours: bool,
+    /// The 202 body: the object as it is.
+    pub body: String,
+}
+
 /// A lease for a new claim: the token that owns it and until when.
 pub struct Lease {
     pub token: String,
@@ -169,7 +178,7 @@ pub trait Operation: 'static {
         row: &Self::Row,
         token: &str,
         provider_ref: Option<&str>,
-    ) -> diesel::QueryResult<String>;
+    ) -> diesel::QueryResult<Released>;
 
     /// Unfinished rows nobody owns, untouched since `idle_since`. Oldest first.
     fn find_abandoned(
@@ -451,17 +460,19 @@ async fn release<O: Operation>(
     token: String,
     provider_ref: Option<String>,
 ) -> Result<Answer, ApiError> {
-    let (body, now) = state
+    let answer = state
         .db
         .run(move |conn| {
-            let body = O::release(conn, &row, &token, provider_ref.as_deref())?;
-            Ok((body, O::find(conn, row.record_id())?))
+            let released = O::release(conn, &row, &token, provider_ref.as_deref())?;
+            let finished = if released.ours {
+                None
+            } else {
+                O::find(conn, row.record_id())?.and_then(|now| now.stored_answer())
+            };
+            Ok(finished.unwrap_or_else(|| Answer::new(202, released.body)))
         })
         .await?;
-    match now.as_ref().and_then(IdempotentRecord::stored_answer) {
-        Some(answer) => Ok(answer),
-        None => Ok(Answer::new(202, body)),
-    }
+    Ok(answer)
 }
 
 /// Rows taken over per pass and kind; the rest wait for the next pass.

@@ -28,7 +28,7 @@ use crate::domain::{Amount, IdempotencyKey, OperationId, PaymentId, Timestamp, n
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
-use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
+use crate::operations::{self, Called, Claimed, Lease, Operation, Released, RequestRef};
 use crate::provider::{
     CaptureRequest, ChargeUpdate, OutcomeUnknown, ProviderError, ProviderStatus,
 };
@@ -248,15 +248,16 @@ impl Operation for PaymentOperation {
         row: &OperationRow,
         token: &str,
         _provider_ref: Option<&str>,
-    ) -> diesel::QueryResult<String> {
-        rows::release(
+    ) -> diesel::QueryResult<Released> {
+        let ours = rows::release(
             conn,
             &row.id,
             token,
             row.provider_charge_id.as_deref(),
             now(),
         )?;
-        render_payment(conn, &row.payment_id)
+        let body = render_payment(conn, &row.payment_id)?;
+        Ok(Released { ours, body })
     }
 
     fn find_abandoned(

@@ -24,7 +24,7 @@ use crate::domain::{IdempotencyKey, PaymentId, Timestamp, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
-use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
+use crate::operations::{self, Called, Claimed, Lease, Operation, Released, RequestRef};
 use crate::provider::{Charge, ChargeRequest, OutcomeUnknown, ProviderError, ProviderStatus};
 use crate::state::{AppState, PaymentWrites};
 
@@ -178,20 +178,22 @@ impl Operation for CreatePayment {
         row: &PaymentRow,
         token: &str,
         charge_id: Option<&str>,
-    ) -> diesel::QueryResult<String> {
+    ) -> diesel::QueryResult<Released> {
         let mut row = row.clone();
         row.provider_charge_id = charge_id.map(str::to_owned).or(row.provider_charge_id);
         row.lease_token = None;
         row.lease_expires_at = None;
         row.updated_at = now();
-        rows::release(
+        let ours = rows::release(
             conn,
             &row.id,
             token,
             row.provider_charge_id.as_deref(),
             row.updated_at,
         )?;
-        view::render(&row).map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
+        let body = view::render(&row)
+            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+        Ok(Released { ours, body })
     }
 
     fn find_abandoned(

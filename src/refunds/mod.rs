@@ -29,7 +29,7 @@ use crate::domain::{IdempotencyKey, PaymentId, RefundId, Timestamp, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
-use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
+use crate::operations::{self, Called, Claimed, Lease, Operation, Released, RequestRef};
 use crate::payments::PROVIDER_REFUSED;
 use crate::provider::{
     OutcomeUnknown, ProviderError, ProviderRefund, ProviderStatus, RefundRequest,
@@ -251,7 +251,7 @@ impl Operation for CreateRefund {
         row: &RefundRow,
         token: &str,
         provider_refund_id: Option<&str>,
-    ) -> diesel::QueryResult<String> {
+    ) -> diesel::QueryResult<Released> {
         let mut row = row.clone();
         row.provider_refund_id = provider_refund_id
             .map(str::to_owned)
@@ -259,14 +259,16 @@ impl Operation for CreateRefund {
         row.lease_token = None;
         row.lease_expires_at = None;
         row.updated_at = now();
-        rows::release(
+        let ours = rows::release(
             conn,
             &row.id,
             token,
             row.provider_refund_id.as_deref(),
             row.updated_at,
         )?;
-        view::render(&row).map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
+        let body = view::render(&row)
+            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+        Ok(Released { ours, body })
     }
 
     fn find_abandoned(
