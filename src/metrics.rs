@@ -5,7 +5,7 @@
 //! `&'static str`), never from request data, so the number of series stays bounded.
 //! The helpers are free functions so any flow can count without reaching for the state:
 //! `metrics::idempotency("payment", IdempotencyOutcome::Created)`,
-//! `metrics::webhook(WebhookOutcome::Duplicate)`, `metrics::recovery("resumed")`.
+//! `metrics::webhook(WebhookOutcome::Duplicate)`, `metrics::recovery(RecoveryAction::PaymentResumed)`.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -202,19 +202,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     ] {
         metrics.webhooks.with_label_values(&[outcome.as_str()]);
     }
-    for action in RECOVERY_ACTIONS {
-        metrics.recovery.with_label_values(&[action]);
+    for action in RecoveryAction::ALL {
+        metrics.recovery.with_label_values(&[action.as_str()]);
     }
     metrics
 });
-
-/// The recovery worker's actions, each on the page from the start.
-const RECOVERY_ACTIONS: [&str; 4] = [
-    "payment_resumed",
-    "refund_resumed",
-    "operation_resumed",
-    "authorization_expired",
-];
 
 /// A method label from a fixed set (an odd extension method must not mint new series).
 fn method_label(method: &Method) -> &'static str {
@@ -298,10 +290,36 @@ pub fn webhook(outcome: WebhookOutcome) {
         .inc();
 }
 
-/// One action of the recovery worker, e.g. `"payment_resumed"`, `"refund_resumed"`.
-/// `&'static str` keeps the label set fixed at compile time.
-pub fn recovery(action: &'static str) {
-    METRICS.recovery.with_label_values(&[action]).inc();
+/// What the recovery worker did: the `action` label of `recovery_actions_total`.
+#[derive(Clone, Copy, Debug)]
+pub enum RecoveryAction {
+    PaymentResumed,
+    RefundResumed,
+    OperationResumed,
+    AuthorizationExpired,
+}
+
+impl RecoveryAction {
+    /// Every action, each on the page from the start.
+    const ALL: [Self; 4] = [
+        Self::PaymentResumed,
+        Self::RefundResumed,
+        Self::OperationResumed,
+        Self::AuthorizationExpired,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PaymentResumed => "payment_resumed",
+            Self::RefundResumed => "refund_resumed",
+            Self::OperationResumed => "operation_resumed",
+            Self::AuthorizationExpired => "authorization_expired",
+        }
+    }
+}
+
+pub fn recovery(action: RecoveryAction) {
+    METRICS.recovery.with_label_values(&[action.as_str()]).inc();
 }
 
 /// One attempt to deliver an event to a merchant's endpoint; `outcome` is `succeeded`,
@@ -376,7 +394,7 @@ mod tests {
         http_request(&Method::GET, "/health/live", 200, Duration::from_millis(1));
         idempotency("payment", IdempotencyOutcome::Created);
         webhook(WebhookOutcome::Accepted);
-        recovery("payment_resumed");
+        recovery(RecoveryAction::PaymentResumed);
         provider_call("charge", "succeeded", Duration::from_millis(3));
         webhook_delivery("succeeded", Duration::from_millis(3));
         webhook_delivery_backlog(0);
@@ -404,7 +422,8 @@ mod tests {
     #[test]
     fn every_recovery_action_is_on_the_page_before_it_happens() {
         let text = render().unwrap();
-        for action in RECOVERY_ACTIONS {
+        for action in RecoveryAction::ALL {
+            let action = action.as_str();
             let series = format!("recovery_actions_total{{action=\"{action}\"}}");
             assert!(text.contains(&series), "{series} missing from:\n{text}");
         }

@@ -481,7 +481,8 @@ const RECOVERY_BATCH: i64 = 20;
 /// For the recovery worker: takes over abandoned rows of `O` (their request died, or
 /// answered 202 and was never retried) and drives each to an outcome, with the same
 /// provider key as before, so nothing moves twice. Returns how many it resumed.
-pub async fn recover<O: Operation>(state: &AppState, action: &'static str) -> usize {
+pub async fn recover<O: Operation>(state: &AppState, action: metrics::RecoveryAction) -> usize {
+    let action_name = action.as_str();
     let current = now();
     let idle_since = current - lease_duration(state);
     let abandoned = match state
@@ -491,7 +492,7 @@ pub async fn recover<O: Operation>(state: &AppState, action: &'static str) -> us
     {
         Ok(rows) => rows,
         Err(e) => {
-            tracing::warn!(action, error = %e, "recovery: listing abandoned rows failed");
+            tracing::warn!(action = action_name, error = %e, "recovery: listing abandoned rows failed");
             return 0;
         }
     };
@@ -509,7 +510,7 @@ pub async fn recover<O: Operation>(state: &AppState, action: &'static str) -> us
         if !won {
             return Ok::<bool, ApiError>(false);
         }
-        tracing::info!(id = %row.record_id(), action, "recovery: resuming");
+        tracing::info!(id = %row.record_id(), action = action_name, "recovery: resuming");
         resume_owned::<O>(state, row, token, None)
             .await
             .map(|_| true)
@@ -523,7 +524,7 @@ pub async fn recover<O: Operation>(state: &AppState, action: &'static str) -> us
                 count += 1;
             }
             Ok(false) => {}
-            Err(e) => tracing::warn!(action, error = %e, "recovery: resuming failed"),
+            Err(e) => tracing::warn!(action = action_name, error = %e, "recovery: resuming failed"),
         }
     }
     count

@@ -547,7 +547,7 @@ async fn expire(state: &AppState, payment_id: &str, merchant_id: &str) -> bool {
     match operations::execute::<PaymentOperation>(state, claim, None).await {
         Ok(answer) if answer.status < 300 => {
             tracing::info!(%payment_id, status = answer.status, "authorization expired: canceled");
-            crate::metrics::recovery("authorization_expired");
+            crate::metrics::recovery(crate::metrics::RecoveryAction::AuthorizationExpired);
             true
         }
         Ok(answer) => {

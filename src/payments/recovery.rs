@@ -34,8 +34,9 @@ pub async fn run(state: AppState, stop: Shutdown) {
 /// One pass over every kind of operation, then the authorizations that expired. Returns
 /// how many were resumed or expired.
 pub async fn recover_abandoned(state: &AppState) -> Result<usize, ApiError> {
-    let resumed = recover::<CreatePayment>(state, "payment_resumed").await
-        + recover::<CreateRefund>(state, "refund_resumed").await
-        + recover::<PaymentOperation>(state, "operation_resumed").await;
+    use crate::metrics::RecoveryAction;
+    let resumed = recover::<CreatePayment>(state, RecoveryAction::PaymentResumed).await
+        + recover::<CreateRefund>(state, RecoveryAction::RefundResumed).await
+        + recover::<PaymentOperation>(state, RecoveryAction::OperationResumed).await;
     Ok(resumed + expire_authorizations(state).await?)
 }
