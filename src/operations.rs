@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use futures_util::future::{Either, join_all};
 
+use crate::config::Settings;
 use crate::db::{DbConnection, DbError};
 use crate::domain::{Timestamp, new_lease_token, now};
 use crate::error::ApiError;
@@ -105,10 +106,12 @@ pub trait Operation: 'static {
     fn resource(row: &Self::Row) -> &'static str;
 
     /// Inserts the claim (a unique violation means another request has the key) and, in
-    /// the same transaction, applies the operation's guard.
+    /// the same transaction, applies the operation's guard, which may depend on the
+    /// settings (an authorization's expiry).
     fn claim(
         conn: &mut DbConnection,
         claim: &Self::Row,
+        settings: &Settings,
     ) -> diesel::QueryResult<Claimed<Self::Row, Self::Call>>;
 
     /// Runs [`Operation::claim`]: by default alone, on a pooled connection. An operation
@@ -118,7 +121,7 @@ pub trait Operation: 'static {
         state: &AppState,
         claim: Self::Row,
     ) -> Result<Claimed<Self::Row, Self::Call>, DbError> {
-        state.db.run(move |conn| Self::claim(conn, &claim)).await
+        claim_alone::<Self>(state, claim).await
     }
 
     /// Runs [`Operation::finish`]: by default alone; or coalesced, like [`Self::run_claim`].
@@ -187,6 +190,19 @@ pub trait Operation: 'static {
         idle_since: Timestamp,
         limit: i64,
     ) -> diesel::QueryResult<Vec<Self::Row>>;
+}
+
+/// Runs [`Operation::claim`] alone, on a pooled connection: what [`Operation::run_claim`]
+/// does unless the operation coalesces claims.
+pub async fn claim_alone<O: Operation + ?Sized>(
+    state: &AppState,
+    claim: O::Row,
+) -> Result<Claimed<O::Row, O::Call>, DbError> {
+    let settings = state.settings.clone();
+    state
+        .db
+        .run(move |conn| O::claim(conn, &claim, &settings))
+        .await
 }
 
 /// Runs one request of operation `O` under the §3 rules. `claim` is the row to insert,

@@ -89,16 +89,41 @@ pub fn insert(conn: &mut DbConnection, row: &OperationRow) -> QueryResult<()> {
         .map(|_| ())
 }
 
+/// Which authorizations a hold may take, by when they were given (§10's expiry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Age {
+    /// Any: no authorization can have expired yet.
+    Any,
+    /// Only one given after this cutoff: a merchant's capture or cancel, which an expired
+    /// authorization refuses even before the expiry has canceled it.
+    Live(Timestamp),
+    /// Only one given at or before it: the expiry's own cancel.
+    Expired(Timestamp),
+}
+
+impl AuthorizedPayment {
+    /// Whether this authorization is past `cutoff` with nothing holding it: the condition of
+    /// [`find_expired`], for a payment already read.
+    pub fn expired_by(&self, cutoff: Timestamp) -> bool {
+        self.status == REQUIRES_CAPTURE
+            && self.operation_id.is_none()
+            && self.authorized_at.is_some_and(|at| at <= cutoff)
+    }
+}
+
 /// Takes the payment's authorization for operation `operation_id`: only while it is
-/// `requires_capture`, nobody else holds it, and it holds at least `amount`. Returns whether
-/// this caller got it; of racing callers exactly one does.
+/// `requires_capture`, nobody else holds it, it holds at least `amount`, and its age is what
+/// `age` allows. Returns whether this caller got it; of racing callers exactly one does.
+/// The age is decided here, in the update, so that a capture and the expiry racing for one
+/// authorization are decided like any two captures: by the one guarded write.
 pub fn hold(
     conn: &mut DbConnection,
     payment_id: &str,
     operation_id: &str,
     amount: i64,
+    age: Age,
 ) -> QueryResult<bool> {
-    diesel::update(
+    let mut update = diesel::update(
         payments::table
             .filter(payments::id.eq(payment_id))
             .filter(payments::status.eq(REQUIRES_CAPTURE))
@@ -106,8 +131,13 @@ pub fn hold(
             .filter(payments::amount_capturable.ge(amount)),
     )
     .set(payments::operation_id.eq(operation_id))
-    .execute(conn)
-    .map(|n| n == 1)
+    .into_boxed();
+    update = match age {
+        Age::Any => update,
+        Age::Live(cutoff) => update.filter(payments::authorized_at.gt(cutoff)),
+        Age::Expired(cutoff) => update.filter(payments::authorized_at.le(cutoff)),
+    };
+    update.execute(conn).map(|n| n == 1)
 }
 
 /// The provider refused the operation: the authorization is free again.

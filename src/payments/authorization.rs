@@ -19,9 +19,10 @@ use serde::Serialize;
 use super::view;
 use crate::auth::Merchant;
 use crate::body::JsonObject;
+use crate::config::Settings;
 use crate::db::DbConnection;
 use crate::db::payment_operations::{
-    self as rows, CANCEL, CAPTURE, FAILED, OperationRow, PENDING, SUCCEEDED,
+    self as rows, Age, CANCEL, CAPTURE, FAILED, OperationRow, PENDING, SUCCEEDED,
 };
 use crate::db::payments as payment_rows;
 use crate::domain::{Amount, IdempotencyKey, OperationId, PaymentId, Timestamp, now, sha256_hex};
@@ -164,8 +165,9 @@ impl Operation for PaymentOperation {
     fn claim(
         conn: &mut DbConnection,
         claim: &OperationRow,
+        settings: &Settings,
     ) -> diesel::QueryResult<Claimed<OperationRow, String>> {
-        claim_operation(conn, claim)
+        claim_operation(conn, claim, expiry_cutoff(settings))
     }
 
     fn find_by_key(
@@ -279,18 +281,27 @@ fn render_payment(conn: &mut DbConnection, payment_id: &str) -> diesel::QueryRes
 /// One transaction: the insert that decides the key's winner, then the hold on the
 /// authorization that decides the payment's one capture or cancel, or the stored refusal.
 /// The guarded update decides; the payment is read only after it, to learn what was held
-/// or to explain the refusal.
+/// or to explain the refusal. Past `expiry` (authorizations given at or before it are
+/// expired) only the expiry's own cancel may hold it.
 fn claim_operation(
     conn: &mut DbConnection,
     claim: &OperationRow,
+    expiry: Option<Timestamp>,
 ) -> diesel::QueryResult<Claimed<OperationRow, String>> {
     use diesel::Connection;
+    let expiring =
+        claim.cancellation_reason.as_deref() == Some(CancellationReason::Expired.as_str());
+    let age = match expiry {
+        None => Age::Any,
+        Some(cutoff) if expiring => Age::Expired(cutoff),
+        Some(cutoff) => Age::Live(cutoff),
+    };
     conn.transaction(|conn| {
         rows::insert(conn, claim)?;
         let capture = claim.kind == CAPTURE;
         // 0: a capture of all that is capturable, or a cancel.
         let requested = claim.amount;
-        let held = rows::hold(conn, &claim.payment_id, &claim.id, requested)?;
+        let held = rows::hold(conn, &claim.payment_id, &claim.id, requested, age)?;
         let payment = rows::find_payment(conn, &claim.merchant_id, &claim.payment_id)?
             .ok_or(diesel::result::Error::NotFound)?;
         if held {
@@ -307,15 +318,23 @@ fn claim_operation(
             row.provider_charge_id = Some(charge.clone());
             return Ok(Claimed::Won(row, charge));
         }
+        let expired = expiry.is_some_and(|cutoff| payment.expired_by(cutoff));
         let capturable_now = payment.status == super::PaymentStatus::RequiresCapture.as_str()
-            && payment.operation_id.is_none();
+            && payment.operation_id.is_none()
+            && !expired;
         let refusal = if capturable_now && capture && requested > payment.amount_capturable {
             ApiError::AmountExceedsCapturable(format!(
                 "the capture amount {requested} exceeds the {} capturable on payment {}",
                 payment.amount_capturable, payment.id
             ))
+        } else if expired {
+            not_possible(capture, &payment.id, "its authorization has expired")
         } else {
-            not_possible(capture, &payment.id, &payment.status)
+            let why = format!(
+                "it is `{}`, or another capture or cancel has it",
+                payment.status
+            );
+            not_possible(capture, &payment.id, &why)
         };
         let answer = Answer::refusal(&refusal);
         rows::reject(conn, &claim.id, i32::from(answer.status), &answer.body)?;
@@ -323,16 +342,16 @@ fn claim_operation(
     })
 }
 
-fn not_possible(capture: bool, payment_id: &str, status: &str) -> ApiError {
+fn not_possible(capture: bool, payment_id: &str, why: &str) -> ApiError {
     if capture {
         ApiError::PaymentNotCapturable(format!(
-            "payment {payment_id} cannot be captured: it is `{status}`, or another capture or \
-             cancel has it; only a `requires_capture` payment can be captured, once"
+            "payment {payment_id} cannot be captured: {why}; only a `requires_capture` \
+             payment can be captured, once"
         ))
     } else {
         ApiError::PaymentNotCancelable(format!(
-            "payment {payment_id} cannot be canceled: it is `{status}`, or another capture or \
-             cancel has it; only a `requires_capture` payment can be canceled, once"
+            "payment {payment_id} cannot be canceled: {why}; only a `requires_capture` \
+             payment can be canceled, once"
         ))
     }
 }
@@ -446,13 +465,25 @@ pub async fn operate(
     };
     // Past AUTHORIZATION_EXPIRY_MS the authorization is expired, whether or not the
     // periodic pass has reached it yet: it is canceled now, and this request finds it so.
-    if let Some(cutoff) = expiry_cutoff(state)
-        && payment.status == super::PaymentStatus::RequiresCapture.as_str()
-        && payment.operation_id.is_none()
-        && payment.authorized_at.is_some_and(|at| at <= cutoff)
-    {
+    // (The hold decides all the same: an authorization that expires between this read and
+    // the claim refuses the claim.)
+    if expiry_cutoff(&state.settings).is_some_and(|cutoff| payment.expired_by(cutoff)) {
         expire(state, &payment.id, &payment.merchant_id).await;
     }
+    claim_and_run(state, merchant, &payment_id, &key, &requested, request_id).await
+}
+
+/// The capture or cancel of a payment known to exist, under the §3 rules: what
+/// [`operate`] runs after its read of the payment (public so that tests can run it as a
+/// request whose read came before the authorization expired).
+pub async fn claim_and_run(
+    state: &AppState,
+    merchant: &Merchant,
+    payment_id: &PaymentId,
+    key: &IdempotencyKey,
+    requested: &Requested,
+    request_id: Option<String>,
+) -> Result<Answer, ApiError> {
     let origin = request_id.map(|id| RequestRef {
         id,
         idempotency_key: Some(key.as_str().to_owned()),
@@ -462,7 +493,7 @@ pub async fn operate(
         &merchant.id,
         payment_id.as_str(),
         key.as_str(),
-        &requested,
+        requested,
     );
     operations::execute::<PaymentOperation>(state, claim, origin).await
 }
@@ -508,7 +539,7 @@ const EXPIRY_BATCH: i64 = 50;
 /// uses (so the provider is asked once per cancel, and a capture racing the expiry is
 /// decided by the same hold). Returns how many it canceled or left pending at the provider.
 pub async fn expire_authorizations(state: &AppState) -> Result<usize, ApiError> {
-    let Some(cutoff) = expiry_cutoff(state) else {
+    let Some(cutoff) = expiry_cutoff(&state.settings) else {
         return Ok(0);
     };
     let expired = state
@@ -525,9 +556,9 @@ pub async fn expire_authorizations(state: &AppState) -> Result<usize, ApiError> 
 }
 
 /// Authorizations made at or before this are expired (`None`: none can be).
-fn expiry_cutoff(state: &AppState) -> Option<Timestamp> {
-    let expiry = chrono::Duration::from_std(state.settings.authorization_expiry)
-        .unwrap_or(chrono::Duration::MAX);
+fn expiry_cutoff(settings: &Settings) -> Option<Timestamp> {
+    let expiry =
+        chrono::Duration::from_std(settings.authorization_expiry).unwrap_or(chrono::Duration::MAX);
     now().checked_sub_signed(expiry)
 }
 

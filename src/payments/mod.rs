@@ -17,6 +17,7 @@ pub mod request;
 pub mod view;
 
 use crate::auth::Merchant;
+use crate::config::Settings;
 use crate::db::group_commit::GroupCommit;
 use crate::db::payments::{self as rows, FinalState, ListFilter, PaymentRow};
 use crate::db::{Db, DbConnection, DbError};
@@ -60,6 +61,7 @@ impl Operation for CreatePayment {
     fn claim(
         conn: &mut DbConnection,
         claim: &PaymentRow,
+        _: &Settings,
     ) -> diesel::QueryResult<Claimed<PaymentRow, ()>> {
         rows::insert(conn, claim)?;
         Ok(Claimed::Won(claim.clone(), ()))
@@ -70,7 +72,7 @@ impl Operation for CreatePayment {
         claim: PaymentRow,
     ) -> Result<Claimed<PaymentRow, ()>, DbError> {
         let Some(writes) = &state.payment_writes else {
-            return state.db.run(move |conn| Self::claim(conn, &claim)).await;
+            return operations::claim_alone::<Self>(state, claim).await;
         };
         if writes.claims.submit(claim.clone()).await? {
             Ok(Claimed::Won(claim, ()))

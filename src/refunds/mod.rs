@@ -23,6 +23,7 @@ pub mod request;
 pub mod view;
 
 use crate::auth::Merchant;
+use crate::config::Settings;
 use crate::db::DbConnection;
 use crate::db::refunds::{self as rows, FAILED, PENDING, RefundRow, SUCCEEDED};
 use crate::domain::{IdempotencyKey, PaymentId, RefundId, Timestamp, now};
@@ -174,6 +175,7 @@ impl Operation for CreateRefund {
     fn claim(
         conn: &mut DbConnection,
         claim: &RefundRow,
+        _: &Settings,
     ) -> diesel::QueryResult<Claimed<RefundRow, String>> {
         claim_refund(conn, claim)
     }

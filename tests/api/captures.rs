@@ -360,6 +360,99 @@ async fn an_authorization_past_its_expiry_cannot_be_captured_before_the_pass_run
     assert_eq!(again.header("idempotent-replayed"), Some("true"));
 }
 
+/// The expiry is decided by the hold, not only by the request's first read: a capture or
+/// cancel whose read came before the authorization expired, and whose claim after, is
+/// refused (stored as the key's answer), and the expiry still cancels it once.
+#[actix_web::test]
+async fn an_authorization_that_expires_between_the_read_and_the_claim_is_not_held() {
+    use payments_api::auth::Merchant;
+    use payments_api::domain::{IdempotencyKey, PaymentId};
+    use payments_api::payments::authorization::{
+        self, NewCancel, NewCapture, Requested, claim_and_run,
+    };
+    let app = spawn_app_with(|s| {
+        s.authorization_expiry = Duration::from_millis(300);
+        s.recovery_interval = Duration::from_secs(3600);
+    })
+    .await;
+    let merchant = Merchant {
+        id: app.merchant_id.clone(),
+        name: "default".to_owned(),
+    };
+    let (late, later) = (
+        app.authorized_payment(800).await,
+        app.authorized_payment(900).await,
+    );
+    actix_web::rt::time::sleep(Duration::from_millis(400)).await;
+
+    // As a request does after a read that saw the authorization still live.
+    let run = |payment: &str, key: &str, requested: Requested| {
+        let (payment, key) = (
+            PaymentId::parse(payment).unwrap(),
+            IdempotencyKey::parse(key.as_bytes()).unwrap(),
+        );
+        let (state, merchant) = (app.state.clone(), merchant.clone());
+        async move { claim_and_run(&state, &merchant, &payment, &key, &requested, None).await }
+    };
+    let capture = run(
+        &late,
+        "late",
+        Requested::Capture(NewCapture { amount: None }),
+    )
+    .await
+    .unwrap();
+    let cancel = run(
+        &later,
+        "late",
+        Requested::Cancel(NewCancel {
+            cancellation_reason: None,
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(capture.status, 409, "{}", capture.body);
+    assert!(
+        capture.body.contains("payment_not_capturable"),
+        "{}",
+        capture.body
+    );
+    assert!(capture.body.contains("expired"), "{}", capture.body);
+    assert_eq!(cancel.status, 409, "{}", cancel.body);
+    assert!(
+        cancel.body.contains("payment_not_cancelable"),
+        "{}",
+        cancel.body
+    );
+    assert!(app.simulator.captures().is_empty(), "nothing captured");
+    assert!(app.simulator.cancels().is_empty(), "no merchant cancel");
+
+    // The expiry itself still holds them, once per payment.
+    assert_eq!(
+        authorization::expire_authorizations(&app.state)
+            .await
+            .unwrap(),
+        2
+    );
+    for id in [&late, &later] {
+        let payment = app.payment_now(id).await;
+        assert_eq!(payment["status"], "canceled", "{payment}");
+        assert_eq!(payment["cancellation_reason"], "expired");
+        assert_eq!(payment["amount_captured"], 0);
+    }
+    assert_eq!(app.simulator.cancels().len(), 2);
+    assert_eq!(
+        authorization::expire_authorizations(&app.state)
+            .await
+            .unwrap(),
+        0
+    );
+    // The refusal is the key's final answer, replayed over HTTP.
+    let again = app.capture(&late, "late", &json!({})).await;
+    assert_eq!(again.status, 409);
+    assert_eq!(again.body, capture.body.as_bytes());
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+}
+
 #[actix_web::test]
 async fn a_capture_whose_answer_is_lost_answers_202_and_a_retry_captures_once() {
     let provider = spawn_provider().await;
