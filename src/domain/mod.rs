@@ -13,7 +13,7 @@ pub use currency::Currency;
 pub use digest::sha256_hex;
 pub use idempotency_key::IdempotencyKey;
 pub use ids::{ObjectId, OperationId, PaymentId, RefundId, new_api_key, new_lease_token};
-pub use text::check_text;
+pub use text::{check_text, sanitized};
 pub use time::{Timestamp, format_timestamp, now};
 
 /// The API request that made a change: its `X-Request-Id` and `Idempotency-Key`. Events

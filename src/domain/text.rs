@@ -21,6 +21,19 @@ pub fn check_text(text: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Text that arrives from the provider (its ids, failure codes and messages), made fit to
+/// store: each refused character becomes U+FFFD. Refusing it is no option there: the
+/// provider has already moved the money, and its answer must be recorded.
+pub fn sanitized(text: String) -> String {
+    if text.chars().any(is_refused) {
+        text.chars()
+            .map(|c| if is_refused(c) { '\u{fffd}' } else { c })
+            .collect()
+    } else {
+        text
+    }
+}
+
 /// C0 controls except tab, LF and CR; DEL; C1 controls.
 fn is_refused(c: char) -> bool {
     matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
@@ -48,6 +61,17 @@ mod tests {
         ] {
             assert!(check_text(bad).is_err(), "{bad:?} should be refused");
         }
+    }
+
+    #[test]
+    fn provider_text_keeps_what_is_allowed_and_replaces_the_rest() {
+        use super::sanitized;
+        assert_eq!(sanitized("ch_1 é\n".to_owned()), "ch_1 é\n");
+        assert_eq!(
+            sanitized("a\0b\u{1b}[c\u{85}".to_owned()),
+            "a\u{fffd}b\u{fffd}[c\u{fffd}"
+        );
+        assert_eq!(check_text(&sanitized("\0\u{7f}".to_owned())), Ok(()));
     }
 
     #[test]

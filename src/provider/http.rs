@@ -95,8 +95,10 @@ impl HttpProvider {
             if !status.is_success() {
                 return Err(Attempt::GiveUp(format!("provider answered {status}")));
             }
+            // Retried like a broken connection, which it may be: a body cut short by a
+            // closed connection can reach here without an error.
             serde_json::from_slice::<T>(&bytes)
-                .map_err(|e| Attempt::GiveUp(format!("provider answer not understood: {e}")))
+                .map_err(|e| Attempt::Retry(format!("provider answer not understood: {e}")))
         };
         match actix_web::rt::time::timeout(self.timeout, exchange).await {
             Ok(Ok(value)) => Attempt::Done(value),

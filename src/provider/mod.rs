@@ -14,7 +14,9 @@ pub use simulator::{InProcessProvider, Simulator};
 pub use webhook_delivery::{RetryPolicy, WebhookDelivery};
 
 use futures_util::future::LocalBoxFuture;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::domain::sanitized;
 
 /// `POST /v1/charges` body. `reference` is our payment id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +43,7 @@ pub struct CaptureRequest {
 /// The provider's answer to a capture or a cancel: the charge as it is now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChargeUpdate {
+    #[serde(deserialize_with = "provider_id")]
     pub id: String,
     pub status: ProviderStatus,
     /// What the capture charged (captures only).
@@ -80,6 +83,7 @@ impl ProviderStatus {
 /// decide anything; the echoed fields may be missing from another provider's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Charge {
+    #[serde(deserialize_with = "provider_id")]
     pub id: String,
     pub status: ProviderStatus,
     #[serde(default)]
@@ -88,9 +92,9 @@ pub struct Charge {
     pub currency: String,
     #[serde(default)]
     pub reference: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "provider_text")]
     pub failure_code: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "provider_text")]
     pub failure_message: Option<String>,
 }
 
@@ -106,6 +110,7 @@ pub struct RefundRequest {
 /// The provider's answer to a refund (`pr_…`): whether the money went back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProviderRefund {
+    #[serde(deserialize_with = "provider_id")]
     pub id: String,
     pub status: ProviderStatus,
     #[serde(default)]
@@ -114,8 +119,23 @@ pub struct ProviderRefund {
     pub charge: String,
     #[serde(default)]
     pub reference: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "provider_text")]
     pub failure_code: Option<String>,
+}
+
+/// The id the provider gives a charge or refund, which we store and send back: never
+/// empty (an answer without one is not understood), and fit to store (see [`sanitized`]).
+fn provider_id<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let id = String::deserialize(deserializer)?;
+    if id.is_empty() {
+        return Err(serde::de::Error::custom("the provider gave an empty id"));
+    }
+    Ok(sanitized(id))
+}
+
+/// Free text from the provider that we store and show (failure codes and messages).
+fn provider_text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    Ok(Option::<String>::deserialize(deserializer)?.map(sanitized))
 }
 
 #[cfg(test)]
@@ -132,6 +152,44 @@ mod tests {
             serde_json::from_str(r#"{"id": "pr_1", "status": "pending"}"#).unwrap();
         assert_eq!(refund.status, ProviderStatus::Pending);
         assert!(serde_json::from_str::<Charge>(r#"{"id": "ch_1", "status": "odd"}"#).is_err());
+    }
+
+    /// What the provider says is stored as it is, but for characters no database column
+    /// may hold (PostgreSQL refuses U+0000 in text, for ever); an answer with no id is not
+    /// understood.
+    #[test]
+    fn provider_text_is_made_fit_to_store() {
+        let charge: Charge = serde_json::from_str(
+            r#"{"id": "ch_\u0000", "status": "failed", "failure_code": "x\u0000",
+                "failure_message": "declined\u0000 \u00e9"}"#,
+        )
+        .unwrap();
+        assert_eq!(charge.id, "ch_\u{fffd}");
+        assert_eq!(charge.failure_code.as_deref(), Some("x\u{fffd}"));
+        assert_eq!(
+            charge.failure_message.as_deref(),
+            Some("declined\u{fffd} é")
+        );
+        let refund: ProviderRefund =
+            serde_json::from_str(r#"{"id": "pr_\u0000", "status": "succeeded"}"#).unwrap();
+        assert_eq!(refund.id, "pr_\u{fffd}");
+        let update: ChargeUpdate =
+            serde_json::from_str(r#"{"id": "ch_\u0001", "status": "canceled"}"#).unwrap();
+        assert_eq!(update.id, "ch_\u{fffd}");
+        for empty in [
+            r#"{"id": "", "status": "succeeded"}"#,
+            r#"{"status": "succeeded"}"#,
+        ] {
+            assert!(serde_json::from_str::<Charge>(empty).is_err(), "{empty}");
+            assert!(
+                serde_json::from_str::<ProviderRefund>(empty).is_err(),
+                "{empty}"
+            );
+            assert!(
+                serde_json::from_str::<ChargeUpdate>(empty).is_err(),
+                "{empty}"
+            );
+        }
     }
 
     /// The protocol's spelling (CONTRACT §7), both ways, for every status.

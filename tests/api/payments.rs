@@ -3,7 +3,10 @@ use std::sync::atomic::Ordering;
 use futures_util::future::join_all;
 use serde_json::json;
 
-use crate::helpers::{spawn_app, spawn_app_with_provider, spawn_provider, visa};
+use crate::helpers::{
+    ScriptedProvider, provider_answer, spawn_app, spawn_app_with_provider,
+    spawn_app_with_provider_url, spawn_provider, visa,
+};
 
 #[actix_web::test]
 async fn a_payment_with_a_good_card_succeeds_and_is_charged_once() {
@@ -262,4 +265,57 @@ async fn a_new_payment_future_keeps_no_copy_of_its_row() {
         "{size} bytes: the future holds rows ({row} bytes each)"
     );
     assert!(app.simulator.charges().is_empty());
+}
+
+/// Text from the provider that no database column can hold (PostgreSQL refuses U+0000 in
+/// text) is recorded with U+FFFD in its place: the provider has moved the money, so its
+/// answer is kept, not refused with a 500 on every retry.
+#[actix_web::test]
+async fn a_provider_answer_with_text_no_column_holds_is_recorded_all_the_same() {
+    let provider = ScriptedProvider::start(vec![provider_answer(
+        r#"{"id": "ch_\u0000x", "status": "failed", "failure_code": "card_declined",
+            "failure_message": "declined\u0000"}"#,
+    )]);
+    let app = spawn_app_with_provider_url(&provider.url, |_| {}).await;
+    let first = app.post_payment("nul-1", &visa(1000)).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    let payment = first.json();
+    assert_eq!(payment["status"], "failed");
+    assert_eq!(payment["failure_code"], "card_declined");
+    assert_eq!(payment["failure_message"], "declined\u{fffd}");
+    assert_eq!(payment["provider_charge_id"], "ch_\u{fffd}x");
+    let again = app.post_payment("nul-1", &visa(1000)).await;
+    assert_eq!(again.body, first.body);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    let calls = provider.calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].idempotency_key, payment["id"].as_str().unwrap());
+}
+
+/// A provider answer cut short (the connection closed mid-body) is a broken connection:
+/// asked again within the request, with the same key, rather than left for later.
+#[actix_web::test]
+async fn a_provider_answer_cut_short_is_asked_again_with_the_same_key() {
+    let cut_short = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                      Content-Length: 200\r\nConnection: close\r\n\r\n{\"id\": \"ch_1\", \"sta"
+        .to_vec();
+    let provider = ScriptedProvider::start(vec![
+        cut_short,
+        provider_answer(r#"{"id": "ch_1", "status": "succeeded"}"#),
+    ]);
+    let app = spawn_app_with_provider_url(&provider.url, |_| {}).await;
+    let response = app.post_payment("cut-1", &visa(1000)).await;
+    assert_eq!(response.status, 201, "{}", response.text());
+    let payment = response.json();
+    assert_eq!(payment["status"], "succeeded");
+    assert_eq!(payment["provider_charge_id"], "ch_1");
+    let calls = provider.calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[0].body, calls[1].body, "the same request again");
+    assert!(
+        calls.iter().all(
+            |c| c.idempotency_key == payment["id"].as_str().unwrap() && c.path == "/v1/charges"
+        ),
+        "{calls:?}"
+    );
 }
