@@ -289,11 +289,9 @@ fn claim_operation(
     expiry: Option<Timestamp>,
 ) -> diesel::QueryResult<Claimed<OperationRow, String>> {
     use diesel::Connection;
-    let expiring =
-        claim.cancellation_reason.as_deref() == Some(CancellationReason::Expired.as_str());
     let age = match expiry {
         None => Age::Any,
-        Some(cutoff) if expiring => Age::Expired(cutoff),
+        Some(cutoff) if is_expiry(claim) => Age::Expired(cutoff),
         Some(cutoff) => Age::Live(cutoff),
     };
     conn.transaction(|conn| {
@@ -342,6 +340,12 @@ fn claim_operation(
     })
 }
 
+/// Whether this is the service's own cancel of an expired authorization (a merchant
+/// cannot give the reason `expired`).
+fn is_expiry(row: &OperationRow) -> bool {
+    row.cancellation_reason.as_deref() == Some(CancellationReason::Expired.as_str())
+}
+
 fn not_possible(capture: bool, payment_id: &str, why: &str) -> ApiError {
     if capture {
         ApiError::PaymentNotCapturable(format!(
@@ -375,7 +379,29 @@ fn finish_operation(
         let mut op = row.clone();
         let capture = op.kind == CAPTURE;
         let answer = match outcome {
-            OperationOutcome::Done(_) => {
+            OperationOutcome::Refused(why) if !is_expiry(&op) => {
+                rows::let_go(conn, &op.payment_id, &op.id)?;
+                op.status = FAILED.to_owned();
+                let detail = format!("the provider refused: {why}");
+                let refusal = if capture {
+                    ApiError::PaymentNotCapturable(detail)
+                } else {
+                    ApiError::PaymentNotCancelable(detail)
+                };
+                Answer::refusal(&refusal)
+            }
+            // The expiry's cancel ends the authorization whatever the provider says: past
+            // its expiry nothing may capture it here, so letting it go would leave it
+            // `requires_capture` for ever, and the expiry asking again every pass. A
+            // refusal means the provider has nothing to cancel, or lets it lapse itself.
+            outcome => {
+                op.status = match outcome {
+                    OperationOutcome::Done(_) => SUCCEEDED.to_owned(),
+                    OperationOutcome::Refused(why) => {
+                        tracing::warn!(payment_id = %op.payment_id, reason = %why, "the provider refused to cancel an expired authorization; canceled here all the same");
+                        FAILED.to_owned()
+                    }
+                };
                 let moved = if capture {
                     // What we asked for: the provider captures exactly that (its echo is
                     // not trusted to change our books).
@@ -393,7 +419,6 @@ fn finish_operation(
                     // Only the holder moves a held payment; never store half an outcome.
                     return Err(diesel::result::Error::RollbackTransaction);
                 }
-                op.status = SUCCEEDED.to_owned();
                 let payment = render_payment(conn, &op.payment_id)?;
                 // The payment's one capture or cancel is its one `payment.succeeded` /
                 // `payment.canceled`, in this transaction.
@@ -413,17 +438,6 @@ fn finish_operation(
                     },
                 )?;
                 Answer::new(200, payment)
-            }
-            OperationOutcome::Refused(why) => {
-                rows::let_go(conn, &op.payment_id, &op.id)?;
-                op.status = FAILED.to_owned();
-                let detail = format!("the provider refused: {why}");
-                let refusal = if capture {
-                    ApiError::PaymentNotCapturable(detail)
-                } else {
-                    ApiError::PaymentNotCancelable(detail)
-                };
-                Answer::refusal(&refusal)
             }
         };
         op.response_status = Some(i32::from(answer.status));

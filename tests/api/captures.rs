@@ -453,6 +453,55 @@ async fn an_authorization_that_expires_between_the_read_and_the_claim_is_not_hel
     assert_eq!(again.header("idempotent-replayed"), Some("true"));
 }
 
+/// The provider refusing the expiry's cancel (say, 409: the authorization has lapsed on
+/// its side) still ends the authorization here: canceled as `expired`, one event, never
+/// captured, and the expiry does not ask again on every pass.
+#[actix_web::test]
+async fn an_expiry_the_provider_refuses_still_ends_the_authorization_once() {
+    use payments_api::payments::authorization;
+    let provider = spawn_provider().await;
+    let app = spawn_app_with_provider(&provider, |s| {
+        s.authorization_expiry = Duration::from_millis(300);
+        s.recovery_interval = Duration::from_secs(3600);
+    })
+    .await;
+    let id = app.authorized_payment(700).await;
+    actix_web::rt::time::sleep(Duration::from_millis(400)).await;
+    let calls_before = provider.faults.http_calls.load(Ordering::SeqCst);
+    provider.faults.refuse_next.lock().unwrap().push_back(409);
+
+    assert_eq!(
+        authorization::expire_authorizations(&app.state)
+            .await
+            .unwrap(),
+        1
+    );
+    let payment = app.payment_now(&id).await;
+    assert_eq!(payment["status"], "canceled", "{payment}");
+    assert_eq!(payment["cancellation_reason"], "expired");
+    assert_eq!(payment["amount_capturable"], 0);
+    assert_eq!(payment["amount_captured"], 0);
+    let events = app.get("/v1/events?type=payment.canceled").await.json();
+    assert_eq!(events["data"].as_array().unwrap().len(), 1, "{events}");
+
+    // Nothing more to expire, and nothing can capture it.
+    assert_eq!(
+        authorization::expire_authorizations(&app.state)
+            .await
+            .unwrap(),
+        0
+    );
+    app.capture(&id, "late", &json!({}))
+        .await
+        .assert_problem(409, "payment_not_capturable");
+    assert_eq!(
+        provider.faults.http_calls.load(Ordering::SeqCst) - calls_before,
+        1,
+        "one cancel call, refused; no capture call"
+    );
+    assert!(provider.simulator.captures().is_empty());
+}
+
 #[actix_web::test]
 async fn a_capture_whose_answer_is_lost_answers_202_and_a_retry_captures_once() {
     let provider = spawn_provider().await;
