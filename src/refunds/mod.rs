@@ -50,7 +50,8 @@ const RESERVE_ATTEMPTS: usize = 50;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RefundOutcome {
     Succeeded {
-        provider_refund_id: String,
+        /// `None`: the provider's refund id is already known (a webhook that left it out).
+        provider_refund_id: Option<String>,
     },
     Failed {
         provider_refund_id: Option<String>,
@@ -63,7 +64,7 @@ impl RefundOutcome {
     pub fn from_provider(refund: ProviderRefund) -> Option<Self> {
         match refund.status {
             ProviderStatus::Succeeded => Some(Self::Succeeded {
-                provider_refund_id: refund.id,
+                provider_refund_id: Some(refund.id),
             }),
             ProviderStatus::Failed => Some(Self::Failed {
                 provider_refund_id: Some(refund.id),
@@ -115,7 +116,7 @@ pub fn apply_refund_outcome(
         match outcome {
             RefundOutcome::Succeeded { provider_refund_id } => {
                 row.status = SUCCEEDED.to_owned();
-                row.provider_refund_id = Some(provider_refund_id.clone());
+                row.provider_refund_id = provider_refund_id.clone().or(row.provider_refund_id);
                 row.failure_code = None;
                 rows::add_refunded(conn, &row.payment_id, row.amount)?;
             }

@@ -14,12 +14,13 @@ use serde::Deserialize;
 
 use crate::body::parse_json;
 use crate::db::payments::{self as payment_rows, PaymentRow};
+use crate::db::refunds as refund_rows;
 use crate::db::webhook_events::{self as events, Recorded, WebhookEventRow};
 use crate::db::{Db, DbConnection, DbError};
 use crate::domain::{Timestamp, now, sha256_hex};
 use crate::error::ApiError;
 use crate::metrics::{self, WebhookOutcome};
-use crate::payments::{Charged, PaymentStatus, final_state};
+use crate::payments::{CaptureMethod, Charged, PaymentStatus, final_state};
 use crate::provider::{Charge, ProviderStatus};
 use crate::refunds::{self, OutcomeApplied, RefundOutcome};
 use crate::state::AppState;
@@ -69,6 +70,8 @@ struct RefundData {
     refund_id: Option<String>,
     /// Our refund id.
     reference: String,
+    charge_id: Option<String>,
+    amount: Option<i64>,
     failure_code: Option<String>,
 }
 
@@ -111,6 +114,12 @@ enum Applied {
     RefundFinished {
         refund_id: String,
         status: String,
+    },
+    /// The event contradicts what we know of the refund (another refund id, charge or
+    /// amount): never trusted to finish it.
+    RefundMismatch {
+        refund_id: String,
+        field: &'static str,
     },
     /// The refund is already final: nothing changes.
     RefundAlreadyFinal {
@@ -233,9 +242,15 @@ fn finish_refund(
     succeeded: bool,
     data: RefundData,
 ) -> diesel::QueryResult<Applied> {
+    if let Some(field) = refund_mismatch(conn, &data)? {
+        return Ok(Applied::RefundMismatch {
+            refund_id: data.reference,
+            field,
+        });
+    }
     let outcome = if succeeded {
         RefundOutcome::Succeeded {
-            provider_refund_id: data.refund_id.unwrap_or_default(),
+            provider_refund_id: data.refund_id,
         }
     } else {
         RefundOutcome::Failed {
@@ -281,7 +296,7 @@ fn finish_payment(
     if row.status != PaymentStatus::Processing.as_str() {
         return Ok(already_final(&row));
     }
-    if let Some(field) = mismatch(&row, &data) {
+    if let Some(field) = mismatch(&row, status, &data) {
         return Ok(Applied::PaymentMismatch {
             payment_id: row.id,
             field,
@@ -312,7 +327,15 @@ fn finish_payment(
     }
 }
 
-fn mismatch(row: &PaymentRow, data: &ChargeData) -> Option<&'static str> {
+fn mismatch(row: &PaymentRow, status: ProviderStatus, data: &ChargeData) -> Option<&'static str> {
+    // An automatic payment is charged, never only authorized; a manual one is authorized,
+    // never charged before its capture.
+    let manual = row.capture_method == CaptureMethod::Manual.as_str();
+    match status {
+        ProviderStatus::Succeeded if manual => return Some("capture_method"),
+        ProviderStatus::RequiresCapture if !manual => return Some("capture_method"),
+        _ => {}
+    }
     if row
         .provider_charge_id
         .as_deref()
@@ -331,6 +354,38 @@ fn mismatch(row: &PaymentRow, data: &ChargeData) -> Option<&'static str> {
         return Some("currency");
     }
     None
+}
+
+/// What a refund event contradicts in the pending refund it names, if anything: a final
+/// or unknown refund is left to [`refunds::apply_refund_outcome`] to report.
+fn refund_mismatch(
+    conn: &mut DbConnection,
+    data: &RefundData,
+) -> diesel::QueryResult<Option<&'static str>> {
+    let Some(refund) = refund_rows::find_by_id(conn, &data.reference)? else {
+        return Ok(None);
+    };
+    if refund.status != refund_rows::PENDING {
+        return Ok(None);
+    }
+    let differs = |known: Option<&str>, told: Option<&str>| {
+        known.zip(told).is_some_and(|(known, told)| known != told)
+    };
+    if differs(
+        refund.provider_refund_id.as_deref(),
+        data.refund_id.as_deref(),
+    ) {
+        return Ok(Some("refund_id"));
+    }
+    if data.amount.is_some_and(|amount| amount != refund.amount) {
+        return Ok(Some("amount"));
+    }
+    let charge = payment_rows::find_by_id(conn, &refund.payment_id)?
+        .and_then(|payment| payment.provider_charge_id);
+    if differs(charge.as_deref(), data.charge_id.as_deref()) {
+        return Ok(Some("charge_id"));
+    }
+    Ok(None)
 }
 
 fn log_applied(id: &str, event_type: &str, applied: &Applied) {
@@ -360,6 +415,9 @@ fn log_applied(id: &str, event_type: &str, applied: &Applied) {
         }
         Applied::RefundFinished { refund_id, status } => {
             tracing::info!(webhook_id = %id, %event_type, %refund_id, %status, "refund finished by webhook");
+        }
+        Applied::RefundMismatch { refund_id, field } => {
+            tracing::warn!(webhook_id = %id, %event_type, %refund_id, field, "webhook does not match the refund; nothing changed");
         }
         Applied::RefundAlreadyFinal { refund_id, current } => {
             tracing::info!(webhook_id = %id, %event_type, %refund_id, %current, "refund already final; nothing changed");

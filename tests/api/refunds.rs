@@ -643,7 +643,7 @@ async fn a_failed_outcome_releases_the_amount_once() {
                 conn,
                 &id,
                 &RefundOutcome::Succeeded {
-                    provider_refund_id: "pr_late".to_owned(),
+                    provider_refund_id: Some("pr_late".to_owned()),
                 },
                 None,
             )
@@ -678,6 +678,6 @@ async fn a_failed_outcome_releases_the_amount_once() {
 
 fn outcome_clone() -> RefundOutcome {
     RefundOutcome::Succeeded {
-        provider_refund_id: "pr_x".to_owned(),
+        provider_refund_id: Some("pr_x".to_owned()),
     }
 }

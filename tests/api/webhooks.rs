@@ -14,8 +14,8 @@ use payments_api::webhooks::{self, SignedHeaders, WebhookSecret, sign};
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    TEST_WEBHOOK_SECRET, TestApp, TestResponse, spawn_app, spawn_app_with, spawn_app_with_provider,
-    spawn_provider,
+    ScriptedProvider, TEST_WEBHOOK_SECRET, TestApp, TestResponse, provider_answer, spawn_app,
+    spawn_app_with, spawn_app_with_provider, spawn_app_with_provider_url, spawn_provider,
 };
 
 const PATH: &str = "/v1/webhooks/provider";
@@ -681,14 +681,20 @@ async fn delivery_gives_up_after_its_attempts() {
     assert_eq!(seen.lock().unwrap().len(), 3);
 }
 
-fn refund_event(kind: &str, refund: &Value) -> Vec<u8> {
+/// The provider's event for `refund` of the charge `charge_id`, under a refund id of the
+/// provider's own if ours has none yet.
+fn refund_event(kind: &str, refund: &Value, charge_id: &str) -> Vec<u8> {
+    let provider_id = match refund["provider_refund_id"].as_str() {
+        Some(known) => known.to_owned(),
+        None => format!("pr_{}", uuid::Uuid::new_v4().simple()),
+    };
     json!({
         "type": kind,
         "timestamp": "2026-11-22T06:00:00Z",
         "data": {
-            "refund_id": format!("pr_{}", uuid::Uuid::new_v4().simple()),
+            "refund_id": provider_id,
             "reference": refund["id"],
-            "charge_id": "ch_ignored",
+            "charge_id": charge_id,
             "amount": refund["amount"],
             "failure_code": if kind == "refund.failed" { json!("expired_card") } else { Value::Null },
         }
@@ -725,7 +731,8 @@ async fn refund_events_finish_pending_refunds_once() {
         "reserved, not refunded"
     );
 
-    let succeeded = refund_event("refund.succeeded", &refund);
+    let charge = provider.simulator.charges()[0].id.clone();
+    let succeeded = refund_event("refund.succeeded", &refund, &charge);
     let id = event_id();
     let deliveries = join_all((0..10).map(|_| app.post_webhook(&id, &succeeded))).await;
     assert_eq!(
@@ -759,14 +766,20 @@ async fn refund_events_finish_pending_refunds_once() {
     let refund = pending.json();
     assert_eq!(app.refund_totals(&payment_id).await, (1000, 400));
     assert_receipt(
-        &app.post_webhook(&event_id(), &refund_event("refund.failed", &refund))
-            .await,
+        &app.post_webhook(
+            &event_id(),
+            &refund_event("refund.failed", &refund, &charge),
+        )
+        .await,
         false,
     );
     assert_eq!(app.refund_totals(&payment_id).await, (400, 400));
     assert_receipt(
-        &app.post_webhook(&event_id(), &refund_event("refund.succeeded", &refund))
-            .await,
+        &app.post_webhook(
+            &event_id(),
+            &refund_event("refund.succeeded", &refund, &charge),
+        )
+        .await,
         false,
     );
     assert_eq!(
@@ -778,6 +791,104 @@ async fn refund_events_finish_pending_refunds_once() {
         provider.simulator.refunds().is_empty(),
         "the provider was down throughout"
     );
+}
+
+/// A refund event that contradicts the pending refund it names (another provider refund
+/// id, amount or charge) changes nothing, like a charge event that does; one that leaves
+/// the refund id out finishes it and keeps the id the provider gave before.
+#[actix_web::test]
+async fn a_refund_event_that_contradicts_its_refund_changes_nothing() {
+    let provider = ScriptedProvider::start(vec![
+        provider_answer(r#"{"id": "ch_r", "status": "succeeded"}"#),
+        provider_answer(r#"{"id": "pr_known", "status": "pending"}"#),
+    ]);
+    let app = spawn_app_with_provider_url(&provider.url, |s| {
+        s.processing_lease = Duration::from_secs(600);
+        s.recovery_interval = Duration::from_secs(600);
+    })
+    .await;
+    let payment_id = app.paid_payment(1000).await;
+    let pending = app
+        .post_refund(&payment_id, "r-1", &json!({"amount": 400}))
+        .await;
+    assert_eq!(pending.status, 202, "{}", pending.text());
+    let refund = pending.json();
+    assert_eq!(refund["provider_refund_id"], "pr_known");
+
+    let event = |field: &str, value: Value| {
+        let mut event: Value =
+            serde_json::from_slice(&refund_event("refund.succeeded", &refund, "ch_r")).unwrap();
+        if value.is_null() {
+            event["data"].as_object_mut().unwrap().remove(field);
+        } else {
+            event["data"][field] = value;
+        }
+        event.to_string().into_bytes()
+    };
+    for (field, value) in [
+        ("refund_id", json!("pr_other")),
+        ("amount", json!(1)),
+        ("charge_id", json!("ch_other")),
+    ] {
+        assert_receipt(
+            &app.post_webhook(&event_id(), &event(field, value)).await,
+            false,
+        );
+        assert_eq!(app.refund_totals(&payment_id).await, (400, 0), "{field}");
+    }
+    assert_receipt(
+        &app.post_webhook(&event_id(), &event("refund_id", Value::Null))
+            .await,
+        false,
+    );
+    assert_eq!(app.refund_totals(&payment_id).await, (400, 400));
+    let finished = app
+        .get(&format!("/v1/payments/{payment_id}/refunds"))
+        .await
+        .json();
+    assert_eq!(finished["data"][0]["status"], "succeeded", "{finished}");
+    assert_eq!(finished["data"][0]["provider_refund_id"], "pr_known");
+    assert_eq!(provider.calls().len(), 2, "one charge, one refund");
+}
+
+/// A charge event whose kind contradicts the payment's `capture_method` (an automatic
+/// payment only authorized, a manual one charged before any capture) changes nothing.
+#[actix_web::test]
+async fn a_charge_event_that_contradicts_the_capture_method_changes_nothing() {
+    let app = spawn_app_with_slow_webhooks().await;
+    let automatic = app.processing_payment("wh-auto").await;
+    let manual = {
+        let body = json!({"amount": 2000, "currency": "usd", "payment_method": "pm_card_async",
+                          "capture_method": "manual"});
+        let response = app.post_payment("wh-manual", &body).await;
+        assert_eq!(response.status, 202, "{}", response.text());
+        response.json()
+    };
+    for (kind, payment) in [
+        ("charge.requires_capture", &automatic),
+        ("charge.succeeded", &manual),
+    ] {
+        let body = charge_event(kind, payment);
+        assert_receipt(&app.post_webhook(&event_id(), &body).await, false);
+        assert_eq!(
+            app.payment(&payment["id"]).await["status"],
+            "processing",
+            "{kind}"
+        );
+    }
+    // The kinds that fit still finish them.
+    for (kind, payment, status) in [
+        ("charge.succeeded", &automatic, "succeeded"),
+        ("charge.requires_capture", &manual, "requires_capture"),
+    ] {
+        let body = charge_event(kind, payment);
+        assert_receipt(&app.post_webhook(&event_id(), &body).await, false);
+        assert_eq!(
+            app.payment(&payment["id"]).await["status"],
+            status,
+            "{kind}"
+        );
+    }
 }
 
 #[actix_web::test]
