@@ -277,23 +277,48 @@ pub fn list_for_endpoint(
     query.load(conn).map(Some)
 }
 
-/// `(event id, event type)` of the merchant's events created in `[since, until]`, oldest
-/// first, at most `limit`: the candidates of a replay.
-pub fn events_between(
+/// Which events a replay may queue again: only those an endpoint had a delivery of that
+/// failed, or also those it subscribes to (`types`, `None` for all).
+pub enum ReplayCandidates<'a> {
+    Failed,
+    DeliveredOr { types: Option<&'a [&'a str]> },
+}
+
+/// The merchant's events created in `[since, until]` that a replay to `endpoint_id` may
+/// queue again, oldest first, at most `limit`. Chosen in SQL, so the limit counts only
+/// events that concern the endpoint, never the merchant's other events.
+pub fn replay_candidates(
     conn: &mut DbConnection,
     merchant_id: &str,
+    endpoint_id: &str,
     since: Timestamp,
     until: Timestamp,
+    candidates: ReplayCandidates<'_>,
     limit: i64,
 ) -> QueryResult<Vec<(String, String)>> {
-    events::table
+    let delivered = webhook_deliveries::table
+        .filter(webhook_deliveries::endpoint_id.eq(endpoint_id))
+        .select(webhook_deliveries::event_id);
+    let mut query = events::table
         .filter(events::merchant_id.eq(merchant_id))
         .filter(events::created_at.ge(since))
         .filter(events::created_at.le(until))
         .order(events::id.asc())
         .select((events::id, events::event_type))
         .limit(limit)
-        .load(conn)
+        .into_boxed();
+    query = match candidates {
+        ReplayCandidates::Failed => {
+            query.filter(events::id.eq_any(delivered.filter(webhook_deliveries::status.eq(FAILED))))
+        }
+        ReplayCandidates::DeliveredOr { types: None } => query,
+        ReplayCandidates::DeliveredOr { types: Some(types) } => query.filter(
+            events::event_type
+                .eq_any(types.to_vec())
+                .or(events::id.eq_any(delivered)),
+        ),
+    };
+    query.load(conn)
 }
 
 /// `(event id, status)` of the endpoint's deliveries of these events, oldest first (so the

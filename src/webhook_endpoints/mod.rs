@@ -468,8 +468,26 @@ pub async fn replay(
         let endpoint = locked(conn, &merchant_id, &id)?;
         let at = now();
         let until = replay.until.unwrap_or(at);
-        let candidates =
-            delivery_rows::events_between(conn, &merchant_id, replay.since, until, REPLAY_LIMIT)?;
+        let subscribed = EnabledEvents::from_stored(&endpoint.enabled_events);
+        let types: Option<Vec<&str>> = match &subscribed {
+            EnabledEvents::All => None,
+            EnabledEvents::Only(types) => Some(types.iter().map(|t| t.as_str()).collect()),
+        };
+        let which = match replay.status {
+            ReplayScope::Failed => delivery_rows::ReplayCandidates::Failed,
+            ReplayScope::All => delivery_rows::ReplayCandidates::DeliveredOr {
+                types: types.as_deref(),
+            },
+        };
+        let candidates = delivery_rows::replay_candidates(
+            conn,
+            &merchant_id,
+            &id,
+            replay.since,
+            until,
+            which,
+            REPLAY_LIMIT,
+        )?;
         let ids: Vec<String> = candidates
             .iter()
             .map(|(event_id, _)| event_id.clone())
@@ -478,7 +496,6 @@ pub async fn replay(
         for (event_id, status) in delivery_rows::statuses_for_events(conn, &id, &ids)? {
             latest.insert(event_id, status);
         }
-        let subscribed = EnabledEvents::from_stored(&endpoint.enabled_events);
         let mut queued = 0;
         for (event_id, event_type) in candidates {
             let wanted = match (latest.get(&event_id).map(String::as_str), replay.status) {

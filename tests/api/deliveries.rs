@@ -792,6 +792,75 @@ async fn replay_delivers_failed_events_again_with_their_original_id() {
     assert_eq!(later.json(), json!({"queued": 0}));
 }
 
+/// The replay's limit counts only events that concern the endpoint: a failed delivery
+/// behind more than the limit of the merchant's other events is still replayed.
+#[actix_web::test]
+async fn replay_finds_a_failed_delivery_behind_more_other_events_than_its_limit() {
+    use payments_api::events::{self, EventType, NewEvent};
+    use payments_api::webhook_endpoints::REPLAY_LIMIT;
+    let app = app_delivering(|s| s.webhook_retry_schedule = Vec::new()).await;
+    let receiver = Receiver::always(500).await;
+    let since = chrono::Utc::now() - chrono::TimeDelta::minutes(1);
+    let (endpoint_id, _) = app
+        .create_endpoint(&receiver.url, &["payment.failed"])
+        .await;
+    // More events than a replay looks at, none of them for this endpoint.
+    let merchant_id = app.merchant_id.clone();
+    app.state
+        .db
+        .run(move |conn| {
+            use diesel::Connection;
+            conn.transaction(|conn| {
+                let others = usize::try_from(REPLAY_LIMIT).unwrap() + 10;
+                for _ in 0..others / 1000 + 1 {
+                    let batch: Vec<NewEvent<'_>> = (0..1000)
+                        .map(|_| NewEvent {
+                            merchant_id: &merchant_id,
+                            kind: EventType::PaymentSucceeded,
+                            object_id: "pay_other",
+                            object: "{}",
+                            request: None,
+                        })
+                        .collect();
+                    events::record_all(conn, &batch)?;
+                }
+                Ok(())
+            })
+        })
+        .await
+        .expect("other events recorded");
+    let declined = json!({"amount": 500, "currency": "usd", "payment_method": "pm_card_declined"});
+    assert_eq!(app.post_payment("declined", &declined).await.status, 201);
+    app.wait_for_delivery(&endpoint_id, "failed").await;
+
+    receiver.behave(|_, _| Reply::status(200));
+    let replayed = app
+        .endpoint_post(
+            &endpoint_id,
+            "replay",
+            &json!({"since": since.to_rfc3339()}),
+        )
+        .await;
+    assert_eq!(replayed.json(), json!({"queued": 1}));
+    let all = app
+        .endpoint_post(
+            &endpoint_id,
+            "replay",
+            &json!({"since": since.to_rfc3339(), "status": "all"}),
+        )
+        .await;
+    assert_eq!(
+        all.json(),
+        json!({"queued": 0}),
+        "the replay is still pending"
+    );
+    let received = receiver.wait_for("the replay", |r| r.len() == 2).await;
+    assert_eq!(
+        received[1].header("webhook-id"),
+        received[0].header("webhook-id")
+    );
+}
+
 #[actix_web::test]
 async fn test_sends_a_signed_test_event_now_that_is_not_in_the_feed() {
     let app = app_delivering(|_| {}).await;
