@@ -122,6 +122,16 @@ pub fn endpoints_with_due(
     query.load(conn)
 }
 
+/// When the next pending delivery falls due after `now`, if one does (its lease aside):
+/// the worker's next pass need not wait longer.
+pub fn next_due_after(conn: &mut DbConnection, now: Timestamp) -> QueryResult<Option<Timestamp>> {
+    webhook_deliveries::table
+        .filter(webhook_deliveries::status.eq(PENDING))
+        .filter(webhook_deliveries::next_attempt_at.gt(now))
+        .select(diesel::dsl::min(webhook_deliveries::next_attempt_at))
+        .first(conn)
+}
+
 /// Up to `limit` due deliveries of one endpoint whose lease is free, most overdue first.
 pub fn due_for_endpoint(
     conn: &mut DbConnection,

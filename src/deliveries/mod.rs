@@ -1,7 +1,7 @@
 //! The delivery worker, one in every instance: the database is the queue.
 //!
 //! ```text
-//! every 250 ms, or when an attempt ends:
+//! every 250 ms, when a retry falls due, or when an attempt ends:
 //!   endpoints with due deliveries (enabled, lease free), leaving out those this instance
 //!   already sends to as much as it may ─▶ up to the free slots, round robin per endpoint
 //!   per delivery, on its own task:
@@ -204,38 +204,50 @@ async fn run(state: AppState, stop: Shutdown) {
     let slots = Slots::default();
     let mut backlog_seen: Option<Instant> = None;
     let mut warned: Option<Instant> = None;
+    let mut next_pass = Instant::now() + POLL_INTERVAL;
     loop {
         tokio::select! {
             _ = stop.requested() => break,
-            _ = actix_web::rt::time::sleep(POLL_INTERVAL) => {}
+            _ = actix_web::rt::time::sleep_until(next_pass.into()) => {}
             _ = slots.wake.notified() => {}
         }
         if backlog_seen.is_none_or(|at| at.elapsed() >= BACKLOG_EVERY) {
             backlog_seen = Some(Instant::now());
             observe_backlog(&state).await;
         }
-        if let Err(e) = dispatch(&state, &client, &slots).await
-            && warned.is_none_or(|at| at.elapsed() >= WARN_EVERY)
-        {
-            warned = Some(Instant::now());
-            tracing::warn!(error = %e, "looking for due webhook deliveries failed; will retry");
-        }
+        // The next pass comes when the next retry falls due, if that is sooner: a retry
+        // waits its scheduled delay, not that rounded up to the polling interval.
+        let next_due = match dispatch(&state, &client, &slots).await {
+            Ok(next_due) => next_due,
+            Err(e) => {
+                if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                    warned = Some(Instant::now());
+                    tracing::warn!(error = %e, "looking for due webhook deliveries failed; will retry");
+                }
+                None
+            }
+        };
+        let until_due = next_due.map_or(POLL_INTERVAL, |due| {
+            (due - now()).to_std().unwrap_or(Duration::ZERO)
+        });
+        next_pass = Instant::now() + until_due.min(POLL_INTERVAL);
     }
 }
 
-/// Starts an attempt for every due delivery this instance has room for.
+/// Starts an attempt for every due delivery this instance has room for. Returns when the
+/// next pending delivery falls due, if later.
 async fn dispatch(
     state: &AppState,
     client: &awc::Client,
     slots: &Slots,
-) -> Result<(), crate::db::DbError> {
+) -> Result<Option<Timestamp>, crate::db::DbError> {
     let busy = slots.busy();
     let in_flight = slots.per_endpoint.borrow().clone();
     let extra_free = MAX_EXTRA_IN_FLIGHT.saturating_sub(slots.extra());
     let at = now();
     // Round robin: a few deliveries per endpoint, so one endpoint's backlog never fills
     // the pass while another's deliveries wait.
-    let due = state
+    let (due, next_due) = state
         .db
         .run(move |conn| {
             let mut due = Vec::new();
@@ -253,7 +265,7 @@ async fn dispatch(
                 extra_free -= ids.len().saturating_sub(first).min(extra);
                 due.extend(ids.into_iter().map(|id| (id, endpoint_id.clone())));
             }
-            Ok(due)
+            Ok((due, rows::next_due_after(conn, at)?))
         })
         .await?;
     for (delivery_id, endpoint_id) in due {
@@ -263,7 +275,7 @@ async fn dispatch(
         let (state, client) = (state.clone(), client.clone());
         actix_web::rt::spawn(async move { attempt(&state, &client, delivery_id, slot).await });
     }
-    Ok(())
+    Ok(next_due)
 }
 
 /// Claims one delivery, sends it, records how it went.

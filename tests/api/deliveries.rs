@@ -405,6 +405,24 @@ async fn failed_attempts_are_retried_on_the_schedule_with_the_same_id_then_the_d
     }
 }
 
+/// A retry is attempted when it falls due, not at the worker's next 250 ms pass: with
+/// delays of 100 ms (80–120 with jitter) a pass every 250 ms made every gap 250 ms or more.
+#[actix_web::test]
+async fn a_retry_is_attempted_when_it_falls_due_not_at_the_next_polling_pass() {
+    let app = app_delivering(|s| s.webhook_retry_schedule = vec![MS(100); 6]).await;
+    let receiver = Receiver::always(500).await;
+    let (endpoint_id, _) = app.create_endpoint(&receiver.url, &["*"]).await;
+    app.paid_payment(1000).await;
+    let received = receiver.wait_for("seven attempts", |r| r.len() == 7).await;
+    app.wait_for_delivery(&endpoint_id, "failed").await;
+    let gaps: Vec<Duration> = received
+        .windows(2)
+        .map(|pair| pair[1].arrived - pair[0].answered.unwrap())
+        .collect();
+    assert!(gaps.iter().all(|gap| *gap >= MS(80)), "{gaps:?}");
+    assert!(gaps.iter().min().unwrap() < &MS(200), "{gaps:?}");
+}
+
 #[actix_web::test]
 async fn a_retry_after_on_503_is_honoured_and_a_3xx_is_a_failure() {
     let app = app_delivering(|s| s.webhook_retry_schedule = vec![MS(100), MS(100)]).await;
