@@ -226,7 +226,7 @@ impl Settings {
             Some("false" | "off" | "0") => Ok(false),
             Some(other) => Err(ConfigError::new(
                 name,
-                format!("expected true/false (or on/off), got {other:?}"),
+                format!("expected true/false (or on/off, 1/0), got {other:?}"),
             )),
         };
         let webhook_retry_schedule = parse_schedule(

@@ -119,9 +119,17 @@ pub fn release_reservation(
 
 /// Counts a succeeded refund into the payment's `amount_refunded`. Callers guard it by
 /// the refund's own `pending → succeeded` move, so it happens once per refund.
-pub fn add_refunded(conn: &mut DbConnection, payment_id: &str, amount: i64) -> QueryResult<()> {
+pub fn add_refunded(
+    conn: &mut DbConnection,
+    payment_id: &str,
+    amount: i64,
+    at: Timestamp,
+) -> QueryResult<()> {
     diesel::update(payments::table.filter(payments::id.eq(payment_id)))
-        .set(payments::amount_refunded.eq(payments::amount_refunded + amount))
+        .set((
+            payments::amount_refunded.eq(payments::amount_refunded + amount),
+            payments::updated_at.eq(at),
+        ))
         .execute(conn)
         .map(|_| ())
 }

@@ -118,7 +118,7 @@ pub fn apply_refund_outcome(
                 row.status = SUCCEEDED.to_owned();
                 row.provider_refund_id = provider_refund_id.clone().or(row.provider_refund_id);
                 row.failure_code = None;
-                rows::add_refunded(conn, &row.payment_id, row.amount)?;
+                rows::add_refunded(conn, &row.payment_id, row.amount, at)?;
             }
             RefundOutcome::Failed {
                 provider_refund_id,

@@ -19,6 +19,7 @@ use crate::helpers::{TestApp, spawn_app, spawn_app_with};
 async fn a_refund_without_amount_refunds_everything_once() {
     let app = spawn_app().await;
     let payment_id = app.paid_payment(2000).await;
+    let paid = app.get(&format!("/v1/payments/{payment_id}")).await.json();
 
     let response = app.post_refund(&payment_id, "refund-all", &json!({})).await;
     assert_eq!(response.status, 201, "{}", response.text());
@@ -48,6 +49,10 @@ async fn a_refund_without_amount_refunds_everything_once() {
     );
     assert_eq!(refund["provider_refund_id"], ledger[0].id.as_str());
     assert_eq!(payment["amount_refunded"], 2000);
+    assert!(
+        payment["updated_at"].as_str() > paid["updated_at"].as_str(),
+        "the payment changed: {payment}"
+    );
     assert_eq!(app.refund_totals(&payment_id).await, (2000, 2000));
 
     // Nothing is left: a new refund is refused and the provider is not called.
