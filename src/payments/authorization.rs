@@ -225,6 +225,9 @@ impl Operation for PaymentOperation {
             Ok(update) if update.status == expected => {
                 Ok(Called::Final(OperationOutcome::Done(update)))
             }
+            // Accepted, not finished: the hold stays, and a retry or the recovery worker
+            // asks again with the same key. Letting it go could capture the payment twice.
+            Ok(update) if update.status == ProviderStatus::Pending => Ok(Called::Pending(None)),
             // A 200 that did not do what was asked moved nothing we can count on.
             Ok(update) => Ok(Called::Final(OperationOutcome::Refused(format!(
                 "the provider answered status `{}`",

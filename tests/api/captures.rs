@@ -8,8 +8,9 @@ use futures_util::future::join_all;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ServiceProcess, TestApp, TestDatabase, TestResponse, spawn_app, spawn_app_with,
-    spawn_app_with_provider, spawn_provider, test_client,
+    ScriptedProvider, ServiceProcess, TestApp, TestDatabase, TestResponse, provider_answer,
+    spawn_app, spawn_app_with, spawn_app_with_provider, spawn_app_with_provider_url,
+    spawn_provider, test_client,
 };
 
 fn manual(amount: i64) -> Value {
@@ -500,6 +501,44 @@ async fn an_expiry_the_provider_refuses_still_ends_the_authorization_once() {
         "one cancel call, refused; no capture call"
     );
     assert!(provider.simulator.captures().is_empty());
+}
+
+/// A capture the provider answers `pending` keeps its hold (202): nothing else may
+/// capture or cancel the payment meanwhile, and a retry asks again with the same key.
+#[actix_web::test]
+async fn a_capture_the_provider_leaves_pending_keeps_the_authorization_held() {
+    let provider = ScriptedProvider::start(vec![
+        provider_answer(r#"{"id": "ch_m", "status": "requires_capture"}"#),
+        provider_answer(r#"{"id": "ch_m", "status": "pending"}"#),
+        provider_answer(r#"{"id": "ch_m", "status": "succeeded", "amount_captured": 900}"#),
+    ]);
+    let app = spawn_app_with_provider_url(&provider.url, |s| {
+        s.recovery_interval = Duration::from_secs(3600);
+    })
+    .await;
+    let id = app.authorized_payment(900).await;
+    let first = app.capture(&id, "cap-1", &json!({})).await;
+    assert_eq!(first.status, 202, "{}", first.text());
+    assert_eq!(first.json()["status"], "requires_capture");
+    app.cancel(&id, "cnl-1", &json!({}))
+        .await
+        .assert_problem(409, "payment_not_cancelable");
+    app.capture(&id, "cap-2", &json!({}))
+        .await
+        .assert_problem(409, "payment_not_capturable");
+
+    let retry = app.capture(&id, "cap-1", &json!({})).await;
+    assert_eq!(retry.status, 200, "{}", retry.text());
+    assert_eq!(retry.json()["status"], "succeeded");
+    assert_eq!(retry.json()["amount_captured"], 900);
+    let calls = provider.calls();
+    let captures: Vec<_> = calls
+        .iter()
+        .filter(|c| c.path.ends_with("/capture"))
+        .collect();
+    assert_eq!(captures.len(), 2, "{calls:?}");
+    assert_eq!(captures[0].idempotency_key, captures[1].idempotency_key);
+    assert_eq!(calls.len(), 3, "no cancel reached the provider: {calls:?}");
 }
 
 #[actix_web::test]
