@@ -253,7 +253,8 @@ fn serve(mut settings: Settings) -> Result<(), String> {
     } else {
         None
     };
-    actix_web::rt::System::new().block_on(async move {
+    let runner = actix_web::rt::System::new();
+    let served = runner.block_on(async move {
         let bind = settings.bind_addr.clone();
         let app = Application::build(settings).await.map_err(|e| e.to_string())?;
         let host = bind.rsplit_once(':').map(|(h, _)| h).unwrap_or("127.0.0.1");
@@ -277,5 +278,11 @@ fn serve(mut settings: Settings) -> Result<(), String> {
             );
         }
         app.run_until_stopped().await.map_err(|e| e.to_string())
-    })
+    });
+    // Not dropped: dropping the runtime waits for every blocking thread, and one still
+    // waiting on a database that accepts and never answers (its request was answered 503
+    // long ago) would keep the process from exiting for as long as the database is silent.
+    // Everything else has stopped; the process exits next, which ends that thread too.
+    std::mem::forget(runner);
+    served
 }

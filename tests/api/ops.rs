@@ -1020,6 +1020,19 @@ impl Drop for PgSchema {
 pub(crate) async fn app_behind_proxy(
     configure: impl FnOnce(&mut payments_api::config::Settings),
 ) -> Option<(crate::helpers::TestApp, Proxy, PgSchema)> {
+    let (proxy, pg_schema, proxied) = postgres_behind_proxy()?;
+    let app = spawn_app_with(move |s| {
+        s.database_url = proxied;
+        configure(s);
+    })
+    .await;
+    Some((app, proxy, pg_schema))
+}
+
+/// A schema of the test's own in the tests' PostgreSQL, reached through a [`Proxy`]: the
+/// proxy, the schema (dropped with it) and the URL through the proxy. `None` (skipped) when
+/// there is no PostgreSQL and none was asked for.
+pub(crate) fn postgres_behind_proxy() -> Option<(Proxy, PgSchema, String)> {
     let base_url = std::env::var("TEST_DATABASE_URL")
         .ok()
         .filter(|u| !u.is_empty())
@@ -1052,12 +1065,7 @@ pub(crate) async fn app_behind_proxy(
     let (_, proxied) = split_authority(&base_url, &format!("127.0.0.1:{}", proxy.port));
     let separator = if proxied.contains('?') { '&' } else { '?' };
     let proxied = format!("{proxied}{separator}options=-csearch_path%3D{schema}");
-    let app = spawn_app_with(move |s| {
-        s.database_url = proxied;
-        configure(s);
-    })
-    .await;
-    Some((app, proxy, pg_schema))
+    Some((proxy, pg_schema, proxied))
 }
 
 /// Cuts the database once the provider has been called: the claim is committed, the
@@ -1194,6 +1202,49 @@ async fn a_database_that_never_answers_gets_503_not_a_hang() {
     }
     assert_eq!(again.status, 201, "{}", again.text());
     assert_eq!(app.charges(), 2);
+}
+
+/// SIGTERM ends the process even while the database is silent: a request whose call to
+/// it was given up (503) leaves a thread waiting on the server, and the process does not
+/// wait for that thread to exit.
+#[actix_web::test]
+async fn sigterm_exits_while_the_database_never_answers() {
+    let Some((proxy, _schema, url)) = postgres_behind_proxy() else {
+        return;
+    };
+    let mut service = Service::start(&[
+        ("DATABASE_URL", &url),
+        ("BOOTSTRAP_API_KEY", API_KEY),
+        ("PROVIDER_LATENCY_MS", "0"),
+    ])
+    .await;
+    let auth = format!("Bearer {API_KEY}");
+    let headers = [
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/json"),
+        ("Idempotency-Key", "before"),
+    ];
+    let body = visa(500).to_string();
+    assert_eq!(
+        service
+            .send("POST", "/v1/payments", &headers, &body)
+            .await
+            .0,
+        201
+    );
+
+    proxy.freeze();
+    let headers = [
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/json"),
+        ("Idempotency-Key", "into-the-silence"),
+    ];
+    let (status, _) = service.send("POST", "/v1/payments", &headers, &body).await;
+    assert_eq!(status, 503);
+    service.sigterm();
+    let exited = service.wait_for_exit().await;
+    assert!(exited.success(), "{exited}");
+    proxy.thaw();
 }
 
 #[actix_web::test]
