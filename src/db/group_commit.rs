@@ -43,6 +43,8 @@ type Execute<I, O> = fn(&mut DbConnection, &[I]) -> diesel::QueryResult<Vec<O>>;
 pub struct GroupCommit<I, O> {
     queue: mpsc::UnboundedSender<(I, Reply<O>)>,
     stats: Arc<Stats>,
+    /// How long a caller waits for its write, queue included: the database's own deadline.
+    deadline: Option<std::time::Duration>,
 }
 
 impl<I, O> Clone for GroupCommit<I, O> {
@@ -50,6 +52,7 @@ impl<I, O> Clone for GroupCommit<I, O> {
         Self {
             queue: self.queue.clone(),
             stats: self.stats.clone(),
+            deadline: self.deadline,
         }
     }
 }
@@ -91,6 +94,7 @@ where
     /// Starts `lanes` lanes on the current runtime. They stop when the last clone of the
     /// returned handle is dropped and the queue is empty.
     pub fn start(db: Db, name: &'static str, lanes: usize, execute: Execute<I, O>) -> Self {
+        let deadline = db.deadline();
         let (queue, receiver) = mpsc::unbounded_channel();
         let receiver = Arc::new(Mutex::new(receiver));
         let stats = Arc::new(Stats::default());
@@ -103,16 +107,35 @@ where
                 }
             });
         }
-        Self { queue, stats }
+        Self {
+            queue,
+            stats,
+            deadline,
+        }
     }
 
     /// Writes `item` with whatever else is waiting; answers once its batch committed.
+    ///
+    /// The caller waits no longer than the database's deadline counted from here, queue
+    /// included: behind a batch stuck on a silent database, waiting for its own batch would
+    /// stack a second deadline on the first. Given up, the item is skipped if its batch has
+    /// not started, and may still be written if it has (as a write whose COMMIT was sent
+    /// before the connection was lost): the caller answers 503 either way.
     pub async fn submit(&self, item: I) -> Result<O, DbError> {
         let (reply, answer) = oneshot::channel();
         self.queue
             .send((item, reply))
             .map_err(|_| DbError::Unavailable("the write lanes have stopped".to_owned()))?;
-        answer.await.map_err(|_| DbError::TaskFailed)?
+        let Some(deadline) = self.deadline else {
+            return answer.await.map_err(|_| DbError::TaskFailed)?;
+        };
+        match actix_web::rt::time::timeout(deadline, answer).await {
+            Ok(answer) => answer.map_err(|_| DbError::TaskFailed)?,
+            Err(_) => Err(DbError::Unavailable(format!(
+                "no answer within {} ms",
+                deadline.as_millis()
+            ))),
+        }
     }
 
     pub fn stats(&self) -> &Stats {
@@ -149,7 +172,14 @@ where
     I: Send + Sync + 'static,
     O: Send + 'static,
 {
-    let (items, replies): (Vec<I>, Vec<Reply<O>>) = batch.into_iter().unzip();
+    // Items whose callers have given up (see `submit`) are not written.
+    let (items, replies): (Vec<I>, Vec<Reply<O>>) = batch
+        .into_iter()
+        .filter(|(_, reply)| !reply.is_closed())
+        .unzip();
+    if items.is_empty() {
+        return;
+    }
     let items = Arc::new(items);
     let all = items.clone();
     let together = db

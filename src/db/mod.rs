@@ -667,6 +667,12 @@ impl Db {
         &self.pool
     }
 
+    /// How long a caller waits for the database before answering 503 (`None`: SQLite,
+    /// whose waits its busy timeout bounds).
+    pub fn deadline(&self) -> Option<Duration> {
+        self.deadline
+    }
+
     pub async fn run<T, F>(&self, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut DbConnection) -> Result<T, DieselError> + Send + 'static,

@@ -1204,6 +1204,32 @@ async fn a_database_that_never_answers_gets_503_not_a_hang() {
     assert_eq!(app.charges(), 2);
 }
 
+/// Every request that meets a silent database answers 503 within 5 s of asking (CONTRACT
+/// §2), also one whose write queued behind a batch already stuck on it: the wait is
+/// counted from the request, not from when its own batch started.
+#[actix_web::test]
+async fn writes_queued_behind_a_stuck_batch_answer_503_within_5_s() {
+    let Some((app, proxy, _schema)) = app_behind_proxy(|_| {}).await else {
+        return;
+    };
+    // Warm the API key cache, so only the payments' own writes meet the silence.
+    assert_eq!(app.get("/v1/payments").await.status, 200);
+    proxy.freeze();
+    let app = &app;
+    let answers = futures_util::future::join_all((0..12u64).map(|i| async move {
+        actix_web::rt::time::sleep(Duration::from_millis(30 * i)).await;
+        let asked = Instant::now();
+        let response = app.post_payment(&format!("queued-{i}"), &visa(100)).await;
+        (response, asked.elapsed())
+    }))
+    .await;
+    for (response, took) in &answers {
+        response.assert_problem(503, "service_unavailable");
+        assert!(*took <= Duration::from_secs(5), "answered after {took:?}");
+    }
+    proxy.thaw();
+}
+
 /// SIGTERM ends the process even while the database is silent: a request whose call to
 /// it was given up (503) leaves a thread waiting on the server, and the process does not
 /// wait for that thread to exit.
