@@ -224,9 +224,10 @@ impl ConnectionManager {
                 let mut conn =
                     SqliteConnection::establish(path).map_err(r2d2::Error::ConnectionError)?;
                 // Without both a busy timeout and WAL, concurrent writers fail with
-                // "database is locked" instead of queueing.
+                // "database is locked" instead of queueing. 4 s: a write that waits out
+                // another process's lock still answers (503) within the contract's 5 s.
                 conn.batch_execute(
-                    "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; \
+                    "PRAGMA busy_timeout = 4000; PRAGMA journal_mode = WAL; \
                      PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
                 )
                 .map_err(r2d2::Error::QueryError)?;
@@ -620,9 +621,32 @@ impl From<DieselError> for DbError {
             DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, info) => {
                 Self::UniqueViolation(info.message().to_owned())
             }
-            lost if connection_lost(&lost) => Self::Unavailable(lost.to_string()),
+            lost if connection_lost(&lost) || sqlite_unwritable(&lost) => {
+                Self::Unavailable(lost.to_string())
+            }
             other => Self::Query(other),
         }
+    }
+}
+
+/// SQLite's equivalent of a server that cannot be reached: the file is locked by another
+/// process past the busy timeout, the disk is full, or the file cannot be read or written.
+/// The connection itself stays usable once that passes. diesel gives SQLite's errors only
+/// by their text, which is SQLite's own fixed wording for each code.
+fn sqlite_unwritable(e: &DieselError) -> bool {
+    const UNAVAILABLE: [&str; 5] = [
+        "database is locked",                   // SQLITE_BUSY
+        "database or disk is full",             // SQLITE_FULL
+        "disk I/O error",                       // SQLITE_IOERR
+        "attempt to write a readonly database", // SQLITE_READONLY
+        "unable to open database file",         // SQLITE_CANTOPEN
+    ];
+    match e {
+        DieselError::DatabaseError(DatabaseErrorKind::Unknown, info) => {
+            UNAVAILABLE.contains(&info.message())
+        }
+        DieselError::RollbackErrorOnCommit { commit_error, .. } => sqlite_unwritable(commit_error),
+        _ => false,
     }
 }
 

@@ -1230,6 +1230,32 @@ async fn writes_queued_behind_a_stuck_batch_answer_503_within_5_s() {
     proxy.thaw();
 }
 
+/// SQLite's "cannot be reached": another process holds the file's write lock past the busy
+/// timeout. A write then answers 503 with `Retry-After` within 5 s, not a 500, and goes
+/// through once the lock is let go.
+#[actix_web::test]
+async fn a_sqlite_file_locked_by_another_process_answers_503_then_recovers() {
+    use diesel::{Connection, SqliteConnection};
+    let app = spawn_app().await;
+    let Some(path) = app.state.settings.database_url.strip_prefix("sqlite://") else {
+        return; // PostgreSQL: see the proxy tests
+    };
+    assert_eq!(app.get("/v1/payments").await.status, 200);
+    let mut other = SqliteConnection::establish(path).unwrap();
+    other.batch_execute("BEGIN EXCLUSIVE").unwrap();
+    let asked = Instant::now();
+    let locked = app.post_payment("locked-1", &visa(700)).await;
+    let took = asked.elapsed();
+    locked.assert_problem(503, "service_unavailable");
+    assert!(locked.header("retry-after").is_some());
+    assert!(took <= Duration::from_secs(5), "answered after {took:?}");
+    other.batch_execute("ROLLBACK").unwrap();
+
+    let after = app.post_payment("locked-1", &visa(700)).await;
+    assert_eq!(after.status, 201, "{}", after.text());
+    assert_eq!(app.charges(), 1);
+}
+
 /// SIGTERM ends the process even while the database is silent: a request whose call to
 /// it was given up (503) leaves a thread waiting on the server, and the process does not
 /// wait for that thread to exit.
