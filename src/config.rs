@@ -102,6 +102,17 @@ pub fn parse_schedule(text: &str) -> Result<Vec<Duration>, String> {
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/payments.db";
 
+/// The longest duration a setting may give: 100 years. Anything longer is a mistake, and
+/// added to a timestamp it would overflow.
+const MAX_MILLIS: u64 = 100 * 365 * 24 * 3600 * 1000;
+
+/// An absolute `http`/`https` URL with a host and a port from 1 to 65535 (the rules of a
+/// webhook endpoint's URL), and no query: a path is allowed, the provider's API may live
+/// under one.
+fn is_base_url(url: &str) -> bool {
+    crate::deliveries::destination::EndpointUrl::parse(url).is_ok() && !url.contains(['?', '#'])
+}
+
 impl Settings {
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|name| std::env::var(name).ok())
@@ -116,10 +127,13 @@ impl Settings {
                 match get(name) {
                     None => Ok(Duration::from_millis(default)),
                     Some(v) => match v.trim().parse::<u64>() {
-                        Ok(ms) if ms >= min => Ok(Duration::from_millis(ms)),
+                        Ok(ms) if (min..=MAX_MILLIS).contains(&ms) => Ok(Duration::from_millis(ms)),
                         _ => Err(ConfigError::new(
                             name,
-                            format!("expected a whole number of milliseconds >= {min}, got {v:?}"),
+                            format!(
+                                "expected a whole number of milliseconds from {min} to \
+                                 {MAX_MILLIS} (100 years), got {v:?}"
+                            ),
                         )),
                     },
                 }
@@ -153,13 +167,13 @@ impl Settings {
             ));
         }
 
-        let provider_url = get("PROVIDER_URL").map(|u| u.trim_end_matches('/').to_owned());
+        let provider_url = get("PROVIDER_URL").map(|u| u.trim().trim_end_matches('/').to_owned());
         if let Some(url) = &provider_url
-            && !(url.starts_with("http://") || url.starts_with("https://"))
+            && !is_base_url(url)
         {
             return Err(ConfigError::new(
                 "PROVIDER_URL",
-                "expected an http:// or https:// URL",
+                "expected an http:// or https:// URL with a host (and a port from 1 to 65535)",
             ));
         }
 
@@ -372,6 +386,14 @@ mod tests {
             ("LOG_FORMAT", "xml"),
             ("RUST_LOG", "[[["),
             ("PROVIDER_URL", "ftp://x"),
+            ("PROVIDER_URL", "http://127.0.0.1:99999"),
+            ("PROVIDER_URL", "http://127.0.0.1:0"),
+            ("PROVIDER_URL", "http://exa mple"),
+            ("PROVIDER_URL", "http://"),
+            ("PROVIDER_URL", "http://user@host"),
+            ("PROCESSING_LEASE_MS", "10000000000000000"),
+            ("WEBHOOK_TIMEOUT_MS", "18446744073709551615"),
+            ("WEBHOOK_DISABLE_AFTER_MS", "3153600000001"),
             ("PROVIDER_ASYNC_DELAY_MS", "soon"),
             ("WEBHOOK_SECRETS", "not-a-secret"),
             (
@@ -391,7 +413,9 @@ mod tests {
             ("RATE_LIMIT_PER_SECOND", "-1"),
             ("DATABASE_PREPARED_STATEMENTS", "sometimes"),
         ] {
-            let err = settings(&[(name, value)]).err().expect(name);
+            let err = settings(&[(name, value)])
+                .err()
+                .unwrap_or_else(|| panic!("{name}={value}"));
             assert_eq!(err.variable, name);
             assert!(err.to_string().contains(name), "{err}");
         }
