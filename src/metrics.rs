@@ -77,136 +77,169 @@ fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
     metric
 }
 
-static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let r = Registry::new();
-    let metrics = Metrics {
-        http_requests: counter(
-            &r,
-            "http_requests_total",
-            "HTTP requests answered, by method, route template and status.",
-            &["method", "route", "status"],
-        ),
-        http_duration: histogram(
-            &r,
-            "http_request_duration_seconds",
-            "Time to answer an HTTP request, by method and route template.",
-            &["method", "route"],
-        ),
-        idempotency: counter(
-            &r,
-            "idempotency_outcomes_total",
-            "What a request with an Idempotency-Key turned out to be: created (won the key), \
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+impl Metrics {
+    /// Every family registered, the known series at 0.
+    fn new() -> Self {
+        let r = Registry::new();
+        let metrics = Metrics {
+            http_requests: counter(
+                &r,
+                "http_requests_total",
+                "HTTP requests answered, by method, route template and status.",
+                &["method", "route", "status"],
+            ),
+            http_duration: histogram(
+                &r,
+                "http_request_duration_seconds",
+                "Time to answer an HTTP request, by method and route template.",
+                &["method", "route"],
+            ),
+            idempotency: counter(
+                &r,
+                "idempotency_outcomes_total",
+                "What a request with an Idempotency-Key turned out to be: created (won the key), \
              replayed (got the stored final response), in_use (409, first still running), \
              reused (422, same key with a different request).",
-            &["resource", "outcome"],
-        ),
-        provider_calls: counter(
-            &r,
-            "provider_calls_total",
-            "Calls to the payment provider, by operation and outcome \
-             (succeeded, failed, pending, unknown).",
-            &["operation", "outcome"],
-        ),
-        provider_duration: histogram(
-            &r,
-            "provider_call_duration_seconds",
-            "Latency of calls to the payment provider, by operation.",
-            &["operation"],
-        ),
-        webhooks: counter(
-            &r,
-            "webhooks_total",
-            "Inbound provider webhooks: accepted, duplicate (redelivery), rejected.",
-            &["outcome"],
-        ),
-        recovery: counter(
-            &r,
-            "recovery_actions_total",
-            "What the recovery worker did with abandoned work, by action.",
-            &["action"],
-        ),
-        webhook_deliveries: counter(
-            &r,
-            "webhook_deliveries_total",
-            "Delivery attempts to merchants' webhook endpoints, by outcome: succeeded, \
+                &["resource", "outcome"],
+            ),
+            provider_calls: counter(
+                &r,
+                "provider_calls_total",
+                "Calls to the payment provider, by operation (charge, refund, capture, cancel) and \
+             outcome (the provider's status, unknown, or refused: a final 4xx).",
+                &["operation", "outcome"],
+            ),
+            provider_duration: histogram(
+                &r,
+                "provider_call_duration_seconds",
+                "Latency of calls to the payment provider, by operation.",
+                &["operation"],
+            ),
+            webhooks: counter(
+                &r,
+                "webhooks_total",
+                "Inbound provider webhooks: accepted, duplicate (redelivery), rejected.",
+                &["outcome"],
+            ),
+            recovery: counter(
+                &r,
+                "recovery_actions_total",
+                "What the recovery worker did with abandoned work, by action.",
+                &["action"],
+            ),
+            webhook_deliveries: counter(
+                &r,
+                "webhook_deliveries_total",
+                "Delivery attempts to merchants' webhook endpoints, by outcome: succeeded, \
              retrying (failed, another attempt scheduled), failed (given up, or 410).",
-            &["outcome"],
-        ),
-        webhook_delivery_duration: histogram(
-            &r,
-            "webhook_delivery_attempt_duration_seconds",
-            "Time of one delivery attempt to a merchant's endpoint (lookup, connect, answer).",
-            &[],
-        ),
-        webhook_delivery_oldest_pending: gauge(
-            &r,
-            "webhook_delivery_oldest_pending_seconds",
-            "Age of the oldest delivery still waiting for an enabled endpoint (0: none).",
-        ),
-        pool_connections: gauge(
-            &r,
-            "db_pool_connections",
-            "Open database connections in the pool (idle and in use).",
-        ),
-        pool_idle: gauge(&r, "db_pool_idle_connections", "Idle database connections."),
-        pool_max: gauge(&r, "db_pool_max_connections", "Pool size limit."),
-        // No merchant label: ids never become label values (see the module docs).
-        rate_limited: total(
-            &r,
-            "rate_limited_requests_total",
-            "Requests answered 429 rate_limited: a merchant over RATE_LIMIT_PER_SECOND.",
-        ),
-        idempotency_polls: total(
-            &r,
-            "idempotency_polls_total",
-            "Reads of a row by the duplicate waiting for a request with its key that runs in \
+                &["outcome"],
+            ),
+            webhook_delivery_duration: histogram(
+                &r,
+                "webhook_delivery_attempt_duration_seconds",
+                "Time of one delivery attempt to a merchant's endpoint (lookup, connect, answer).",
+                &[],
+            ),
+            webhook_delivery_oldest_pending: gauge(
+                &r,
+                "webhook_delivery_oldest_pending_seconds",
+                "Age of the oldest delivery still waiting for an enabled endpoint (0: none).",
+            ),
+            pool_connections: gauge(
+                &r,
+                "db_pool_connections",
+                "Open database connections in the pool (idle and in use).",
+            ),
+            pool_idle: gauge(&r, "db_pool_idle_connections", "Idle database connections."),
+            pool_max: gauge(&r, "db_pool_max_connections", "Pool size limit."),
+            // No merchant label: ids never become label values (see the module docs).
+            rate_limited: total(
+                &r,
+                "rate_limited_requests_total",
+                "Requests answered 429 rate_limited: a merchant over RATE_LIMIT_PER_SECOND.",
+            ),
+            idempotency_polls: total(
+                &r,
+                "idempotency_polls_total",
+                "Reads of a row by the duplicate waiting for a request with its key that runs in \
              another instance (one such duplicate per key and instance; the rest wait on it).",
-        ),
-        group_commit_batch: {
-            let opts = HistogramOpts::new(
-                "db_group_commit_batch_size",
-                "Writes carried by one group-commit statement (PostgreSQL), by statement.",
-            )
-            .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]);
-            let metric = HistogramVec::new(opts, &["statement"]).expect("valid histogram");
-            r.register(Box::new(metric.clone()))
-                .expect("unique metric name");
-            metric
-        },
-        registry: r,
-    };
-    // Known series start at 0, so they are on the page (and `rate()` works) before the
-    // first event.
-    for outcome in [
-        IdempotencyOutcome::Created,
-        IdempotencyOutcome::Replayed,
-        IdempotencyOutcome::InUse,
-        IdempotencyOutcome::Reused,
-    ] {
+            ),
+            group_commit_batch: {
+                let opts = HistogramOpts::new(
+                    "db_group_commit_batch_size",
+                    "Writes carried by one group-commit statement (PostgreSQL), by statement.",
+                )
+                .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]);
+                let metric = HistogramVec::new(opts, &["statement"]).expect("valid histogram");
+                r.register(Box::new(metric.clone()))
+                    .expect("unique metric name");
+                metric
+            },
+            registry: r,
+        };
+        // Known series start at 0, so they are on the page (and `rate()` works) before the
+        // first event.
+        for outcome in [
+            IdempotencyOutcome::Created,
+            IdempotencyOutcome::Replayed,
+            IdempotencyOutcome::InUse,
+            IdempotencyOutcome::Reused,
+        ] {
+            metrics
+                .idempotency
+                .with_label_values(&["payment", outcome.as_str()]);
+        }
+        // Every operation with the outcomes it can have, and its latency.
+        for (operation, statuses) in [
+            (
+                "charge",
+                &["succeeded", "failed", "pending", "requires_capture"][..],
+            ),
+            ("refund", &["succeeded", "failed", "pending"][..]),
+            ("capture", &["succeeded", "pending"][..]),
+            ("cancel", &["canceled", "pending"][..]),
+        ] {
+            for outcome in statuses.iter().chain(&["unknown", "refused"]) {
+                metrics
+                    .provider_calls
+                    .with_label_values(&[operation, outcome]);
+            }
+            metrics.provider_duration.with_label_values(&[operation]);
+        }
+        // The families of every request, with the main route's series, before any request.
+        for status in ["201", "202"] {
+            metrics
+                .http_requests
+                .with_label_values(&["POST", "/v1/payments", status]);
+        }
         metrics
-            .idempotency
-            .with_label_values(&["payment", outcome.as_str()]);
-    }
-    for outcome in ["succeeded", "failed", "pending", "unknown"] {
+            .http_duration
+            .with_label_values(&["POST", "/v1/payments"]);
+        for outcome in ["succeeded", "retrying", "failed"] {
+            metrics.webhook_deliveries.with_label_values(&[outcome]);
+        }
+        for outcome in [
+            WebhookOutcome::Accepted,
+            WebhookOutcome::Duplicate,
+            WebhookOutcome::Rejected,
+        ] {
+            metrics.webhooks.with_label_values(&[outcome.as_str()]);
+        }
+        for action in RecoveryAction::ALL {
+            metrics.recovery.with_label_values(&[action.as_str()]);
+        }
         metrics
-            .provider_calls
-            .with_label_values(&["charge", outcome]);
     }
-    for outcome in ["succeeded", "retrying", "failed"] {
-        metrics.webhook_deliveries.with_label_values(&[outcome]);
+
+    fn render(&self) -> Result<String, prometheus::Error> {
+        let families = self.registry.gather();
+        let mut out = Vec::new();
+        TextEncoder::new().encode(&families, &mut out)?;
+        String::from_utf8(out).map_err(|e| prometheus::Error::Msg(e.to_string()))
     }
-    for outcome in [
-        WebhookOutcome::Accepted,
-        WebhookOutcome::Duplicate,
-        WebhookOutcome::Rejected,
-    ] {
-        metrics.webhooks.with_label_values(&[outcome.as_str()]);
-    }
-    for action in RecoveryAction::ALL {
-        metrics.recovery.with_label_values(&[action.as_str()]);
-    }
-    metrics
-});
+}
 
 /// A method label from a fixed set (an odd extension method must not mint new series).
 fn method_label(method: &Method) -> &'static str {
@@ -377,10 +410,7 @@ pub fn observe_pool(state: diesel::r2d2::State, max_size: u32) {
 
 /// Everything in the Prometheus text exposition format.
 pub fn render() -> Result<String, prometheus::Error> {
-    let families = METRICS.registry.gather();
-    let mut out = Vec::new();
-    TextEncoder::new().encode(&families, &mut out)?;
-    String::from_utf8(out).map_err(|e| prometheus::Error::Msg(e.to_string()))
+    METRICS.render()
 }
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -416,6 +446,33 @@ mod tests {
             "idempotency_polls_total",
         ] {
             assert!(text.contains(family), "{family} missing from:\n{text}");
+        }
+    }
+
+    /// Every family the contract names is on the page of a fresh instance: an alert on a
+    /// series that is absent until its first event would fire falsely, or never.
+    #[test]
+    fn the_contracts_families_are_on_the_page_before_any_event() {
+        // A fresh set, as a new instance has: the other tests record events in the global.
+        let text = Metrics::new().render().unwrap();
+        for family in [
+            "# TYPE http_requests_total counter",
+            "# TYPE http_request_duration_seconds histogram",
+            "# TYPE idempotency_outcomes_total counter",
+            "# TYPE provider_calls_total counter",
+            "# TYPE provider_call_duration_seconds histogram",
+            "# TYPE webhooks_total counter",
+            "# TYPE recovery_actions_total counter",
+        ] {
+            assert!(text.contains(family), "{family} missing from:\n{text}");
+        }
+        for operation in ["charge", "refund", "capture", "cancel"] {
+            for outcome in ["unknown", "refused"] {
+                let series = format!(
+                    "provider_calls_total{{operation=\"{operation}\",outcome=\"{outcome}\"}}"
+                );
+                assert!(text.contains(&series), "{series} missing from:\n{text}");
+            }
         }
     }
 
