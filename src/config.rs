@@ -67,6 +67,8 @@ pub struct Settings {
     pub rate_limit_per_second: Option<u32>,
     /// `false` behind a pooler in transaction mode that cannot keep named statements.
     pub database_prepared_statements: bool,
+    /// `TLS_CA_FILE`: PEM root certificates trusted for `https` besides the built-in ones.
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 /// `WEBHOOK_RETRY_SCHEDULE`'s default: 8 attempts over about 32 hours.
@@ -252,6 +254,7 @@ impl Settings {
         let rate_limit = number("RATE_LIMIT_PER_SECOND", 0, 0..=1_000_000)?;
 
         Ok(Self {
+            tls_ca_file: get("TLS_CA_FILE").map(|path| path.trim().into()),
             database_url,
             database_pool_size: number("DATABASE_POOL_SIZE", 16, 1..=1000)?,
             bind_addr,

@@ -22,6 +22,7 @@ pub mod signing;
 pub mod startup;
 pub mod state;
 pub mod telemetry;
+pub mod tls;
 pub mod webhook_endpoints;
 pub mod webhooks;
 

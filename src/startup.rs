@@ -77,6 +77,8 @@ pub fn connect_and_migrate(settings: &Settings) -> Result<Db, StartupError> {
 
 impl Application {
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+        let tls = crate::tls::client_tls(settings.tls_ca_file.as_deref())
+            .map_err(|why| crate::config::ConfigError::new("TLS_CA_FILE", why))?;
         let db = {
             let settings = settings.clone();
             actix_web::rt::task::spawn_blocking(move || connect_and_migrate(&settings))
@@ -110,6 +112,7 @@ impl Application {
                     url.clone(),
                     settings.provider_timeout,
                     settings.provider_max_attempts,
+                    tls.clone(),
                 )),
                 None,
             ),
@@ -138,6 +141,7 @@ impl Application {
             api_keys: ApiKeyCache::default(),
             final_answers: FinalAnswers::default(),
             shutdown: Shutdown::default(),
+            tls,
         };
         let server = run(listener, state.clone())?;
         {

@@ -13,6 +13,7 @@ use crate::idempotency::{FinalAnswers, InFlight};
 use crate::provider::PaymentProvider;
 use crate::rate_limit::RateLimits;
 use crate::shutdown::Shutdown;
+use crate::tls::ClientTls;
 
 /// Shared by every worker and background task.
 #[derive(Clone)]
@@ -29,6 +30,8 @@ pub struct AppState {
     pub shutdown: Shutdown,
     /// Group commit of new payments (PostgreSQL); `None` on SQLite, which writes alone.
     pub payment_writes: Option<PaymentWrites>,
+    /// How webhook deliveries verify `https` endpoints.
+    pub tls: ClientTls,
 }
 
 /// The write path of new payments, coalesced: concurrent claims become one insert,

@@ -200,7 +200,7 @@ pub fn spawn_worker(state: &AppState) {
 async fn run(state: AppState, stop: Shutdown) {
     // No connection limit: the slots bound the attempts, and a limit below them would
     // queue one endpoint's attempt behind another's.
-    let client = send::client(state.settings.webhook_timeout, 0);
+    let client = send::client(state.settings.webhook_timeout, 0, &state.tls);
     let slots = Slots::default();
     let mut backlog_seen: Option<Instant> = None;
     let mut warned: Option<Instant> = None;

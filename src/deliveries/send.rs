@@ -8,6 +8,7 @@ use actix_web::http::header;
 
 use super::destination::EndpointUrl;
 use crate::signing::{WebhookSecret, signature_header};
+use crate::tls::ClientTls;
 
 pub const USER_AGENT: &str = concat!("payments-api/", env!("CARGO_PKG_VERSION"));
 /// The longest `Retry-After` honoured; a receiver asking for more is retried after this.
@@ -46,14 +47,15 @@ impl Attempt {
 }
 
 /// The client attempts go through: no redirects followed (a 3xx is a failure), at most
-/// `timeout` per request.
-pub fn client(timeout: Duration, max_connections: usize) -> awc::Client {
+/// `timeout` per request, `https` verified with `tls`.
+pub fn client(timeout: Duration, max_connections: usize, tls: &ClientTls) -> awc::Client {
     awc::Client::builder()
         .disable_redirects()
         .no_default_headers()
         .timeout(timeout)
         .connector(
             awc::Connector::new()
+                .rustls_0_23(tls.clone())
                 .timeout(timeout)
                 .limit(max_connections),
         )

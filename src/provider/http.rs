@@ -10,6 +10,8 @@ use futures_util::future::LocalBoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::tls::ClientTls;
+
 use super::{
     CaptureRequest, Charge, ChargeRequest, ChargeUpdate, OutcomeUnknown, PaymentProvider,
     ProviderError, ProviderRefund, RefundRequest,
@@ -19,6 +21,7 @@ pub struct HttpProvider {
     base_url: String,
     timeout: Duration,
     max_attempts: u32,
+    tls: ClientTls,
 }
 
 /// Backoff before attempt `n + 1`: uniformly random in [0, min(cap, base · 2ⁿ)].
@@ -31,16 +34,29 @@ fn backoff(attempt: u32) -> Duration {
 }
 
 thread_local! {
-    // awc's client is per thread (actix workers are single-threaded); one per thread keeps
-    // its connection pool warm across requests. No limit on connections: a payment in flight
-    // holds one while the provider answers, so any limit below the payments in flight
-    // queues them behind a slow provider (with 256 per worker, a provider answering in
-    // 200 ms capped the service at 2 441 payments/s with 1 000 clients). What bounds them is
-    // the requests the server accepts.
-    static CLIENT: awc::Client = awc::Client::builder()
-        .disable_timeout()
-        .connector(awc::Connector::new().limit(0))
-        .finish();
+    // awc's client is per thread (actix workers are single-threaded); one per thread (and
+    // TLS configuration: one per provider) keeps its connection pool warm across requests.
+    static CLIENTS: std::cell::RefCell<Vec<(ClientTls, awc::Client)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// This thread's client for providers verified with `tls`. No limit on connections: a
+/// payment in flight holds one while the provider answers, so any limit below the payments
+/// in flight queues them behind a slow provider (with 256 per worker, a provider answering
+/// in 200 ms capped the service at 2 441 payments/s with 1 000 clients). What bounds them
+/// is the requests the server accepts.
+fn client(tls: &ClientTls) -> awc::Client {
+    CLIENTS.with_borrow_mut(|clients| {
+        if let Some((_, client)) = clients.iter().find(|(t, _)| std::sync::Arc::ptr_eq(t, tls)) {
+            return client.clone();
+        }
+        let client = awc::Client::builder()
+            .disable_timeout()
+            .connector(awc::Connector::new().rustls_0_23(tls.clone()).limit(0))
+            .finish();
+        clients.push((tls.clone(), client.clone()));
+        client
+    })
 }
 
 enum Attempt<T> {
@@ -54,11 +70,13 @@ enum Attempt<T> {
 }
 
 impl HttpProvider {
-    pub fn new(base_url: String, timeout: Duration, max_attempts: u32) -> Self {
+    /// The provider at `base_url`; an `https` one is verified with `tls`.
+    pub fn new(base_url: String, timeout: Duration, max_attempts: u32, tls: ClientTls) -> Self {
         Self {
             base_url,
             timeout,
             max_attempts: max_attempts.max(1),
+            tls,
         }
     }
 
@@ -69,7 +87,7 @@ impl HttpProvider {
         body: &B,
     ) -> Attempt<T> {
         let url = format!("{}{path}", self.base_url);
-        let client = CLIENT.with(Clone::clone);
+        let client = client(&self.tls);
         let exchange = async {
             let mut response = client
                 .post(&url)

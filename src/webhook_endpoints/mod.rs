@@ -617,7 +617,7 @@ async fn test_once(
         now(),
     );
     let settings = &state.settings;
-    let client = send::client(settings.webhook_timeout, 1);
+    let client = send::client(settings.webhook_timeout, 1, &state.tls);
     let attempt = send::send(
         &client,
         &send::Outgoing {

@@ -154,10 +154,26 @@ async fn receive(
 
 impl Receiver {
     pub async fn start(behaviour: impl Fn(&str, usize) -> Reply + Send + Sync + 'static) -> Self {
+        Self::serve(behaviour, None).await
+    }
+
+    /// Serves `https` with this TLS configuration.
+    pub async fn start_tls(
+        behaviour: impl Fn(&str, usize) -> Reply + Send + Sync + 'static,
+        tls: rustls::ServerConfig,
+    ) -> Self {
+        Self::serve(behaviour, Some(tls)).await
+    }
+
+    async fn serve(
+        behaviour: impl Fn(&str, usize) -> Reply + Send + Sync + 'static,
+        tls: Option<rustls::ServerConfig>,
+    ) -> Self {
         let log = Arc::new(Mutex::new(Vec::new()));
         let behaviour: Arc<Mutex<Behaviour>> = Arc::new(Mutex::new(Arc::new(behaviour)));
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}/hooks", listener.local_addr().unwrap());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}/hooks", listener.local_addr().unwrap());
         let (l, b) = (log.clone(), behaviour.clone());
         let server = HttpServer::new(move || {
             App::new()
@@ -168,8 +184,11 @@ impl Receiver {
                 .default_service(web::to(receive))
         })
         .workers(2)
-        .disable_signals()
-        .listen(listener)
+        .disable_signals();
+        let server = match tls {
+            Some(tls) => server.listen_rustls_0_23(listener, tls),
+            None => server.listen(listener),
+        }
         .unwrap()
         .run();
         let handle = server.handle();
@@ -877,6 +896,77 @@ async fn replay_finds_a_failed_delivery_behind_more_other_events_than_its_limit(
         received[1].header("webhook-id"),
         received[0].header("webhook-id")
     );
+}
+
+/// A CA of the test's own and a certificate for 127.0.0.1 signed by it: the CA's PEM, and
+/// the receiver's TLS configuration.
+fn test_certificates() -> (String, rustls::ServerConfig) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "payments-api test CA");
+    let ca = ca.self_signed(&ca_key).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca, &ca_key)
+        .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
+    let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![leaf.der().clone()], key)
+    .unwrap();
+    (ca.pem(), server)
+}
+
+/// Endpoints may be `https` (CONTRACT §9): deliveries go over TLS, verified against the
+/// built-in roots and TLS_CA_FILE's; a certificate nobody vouches for fails the attempt.
+#[actix_web::test]
+async fn https_endpoints_are_delivered_to_over_verified_tls() {
+    let (ca_pem, server_tls) = test_certificates();
+    let ca_file = std::env::temp_dir().join(format!("ca-{}.pem", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&ca_file, ca_pem).unwrap();
+    let receiver = Receiver::start_tls(|_, _| Reply::status(200), server_tls).await;
+    assert!(receiver.url.starts_with("https://127.0.0.1:"));
+
+    let trusting = {
+        let ca_file = ca_file.clone();
+        app_delivering(move |s| s.tls_ca_file = Some(ca_file)).await
+    };
+    let (endpoint_id, secret) = trusting.create_endpoint(&receiver.url, &["*"]).await;
+    trusting.paid_payment(1000).await;
+    let delivered = trusting.wait_for_delivery(&endpoint_id, "succeeded").await;
+    assert_eq!(delivered["last_attempt"]["status_code"], 200);
+    let received = receiver.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(signature_matches(&secret, &received[0]), [true]);
+
+    // Without the CA the receiver's certificate is not trusted: nothing is sent.
+    let unaware = app_delivering(|_| {}).await;
+    let (endpoint_id, _) = unaware.create_endpoint(&receiver.url, &["*"]).await;
+    let path = format!("/v1/webhook_endpoints/{endpoint_id}/test");
+    let test = unaware
+        .post_json(&path, &unaware.api_key, None, &json!({}))
+        .await
+        .json();
+    assert_eq!(test["delivered"], false, "{test}");
+    assert!(
+        test["error"].as_str().unwrap().contains("certificate"),
+        "{test}"
+    );
+    assert_eq!(test["status_code"], Value::Null, "{test}");
+    assert_eq!(
+        receiver.received().len(),
+        1,
+        "no request reached the receiver"
+    );
+    let _ = std::fs::remove_file(ca_file);
 }
 
 #[actix_web::test]
