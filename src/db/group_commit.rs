@@ -43,8 +43,8 @@ type Execute<I, O> = fn(&mut DbConnection, &[I]) -> diesel::QueryResult<Vec<O>>;
 pub struct GroupCommit<I, O> {
     queue: mpsc::UnboundedSender<(I, Reply<O>)>,
     stats: Arc<Stats>,
-    /// How long a caller waits for its write, queue included: the database's own deadline.
-    deadline: Option<std::time::Duration>,
+    /// Whose deadline a caller's wait for its write keeps to, queue included.
+    db: Db,
 }
 
 impl<I, O> Clone for GroupCommit<I, O> {
@@ -52,7 +52,7 @@ impl<I, O> Clone for GroupCommit<I, O> {
         Self {
             queue: self.queue.clone(),
             stats: self.stats.clone(),
-            deadline: self.deadline,
+            db: self.db.clone(),
         }
     }
 }
@@ -94,7 +94,6 @@ where
     /// Starts `lanes` lanes on the current runtime. They stop when the last clone of the
     /// returned handle is dropped and the queue is empty.
     pub fn start(db: Db, name: &'static str, lanes: usize, execute: Execute<I, O>) -> Self {
-        let deadline = db.deadline();
         let (queue, receiver) = mpsc::unbounded_channel();
         let receiver = Arc::new(Mutex::new(receiver));
         let stats = Arc::new(Stats::default());
@@ -107,11 +106,7 @@ where
                 }
             });
         }
-        Self {
-            queue,
-            stats,
-            deadline,
-        }
+        Self { queue, stats, db }
     }
 
     /// Writes `item` with whatever else is waiting; answers once its batch committed.
@@ -126,16 +121,7 @@ where
         self.queue
             .send((item, reply))
             .map_err(|_| DbError::Unavailable("the write lanes have stopped".to_owned()))?;
-        let Some(deadline) = self.deadline else {
-            return answer.await.map_err(|_| DbError::TaskFailed)?;
-        };
-        match actix_web::rt::time::timeout(deadline, answer).await {
-            Ok(answer) => answer.map_err(|_| DbError::TaskFailed)?,
-            Err(_) => Err(DbError::Unavailable(format!(
-                "no answer within {} ms",
-                deadline.as_millis()
-            ))),
-        }
+        self.db.within_deadline(answer).await
     }
 
     pub fn stats(&self) -> &Stats {

@@ -691,12 +691,6 @@ impl Db {
         &self.pool
     }
 
-    /// How long a caller waits for the database before answering 503 (`None`: SQLite,
-    /// whose waits its busy timeout bounds).
-    pub fn deadline(&self) -> Option<Duration> {
-        self.deadline
-    }
-
     pub async fn run<T, F>(&self, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut DbConnection) -> Result<T, DieselError> + Send + 'static,
@@ -715,16 +709,25 @@ impl Db {
             }
             result.map_err(DbError::from)
         });
-        let Some(deadline) = self.deadline else {
-            return task.await.map_err(|_| DbError::TaskFailed)?;
+        // Given up, the task runs on on its thread, with its connection.
+        self.within_deadline(task).await
+    }
+
+    /// Waits for `answer` from the database for at most the deadline, if there is one: past
+    /// it, the database counts as unavailable (503). What was sent may still apply, as after
+    /// a connection lost after COMMIT.
+    pub async fn within_deadline<T, E>(
+        &self,
+        answer: impl Future<Output = Result<Result<T, DbError>, E>>,
+    ) -> Result<T, DbError> {
+        let answered = match self.deadline {
+            None => answer.await,
+            Some(deadline) => actix_web::rt::time::timeout(deadline, answer)
+                .await
+                .map_err(|_| {
+                    DbError::Unavailable(format!("no answer within {} ms", deadline.as_millis()))
+                })?,
         };
-        // Dropping the handle leaves the task running on its thread, with its connection.
-        match actix_web::rt::time::timeout(deadline, task).await {
-            Ok(joined) => joined.map_err(|_| DbError::TaskFailed)?,
-            Err(_) => Err(DbError::Unavailable(format!(
-                "no answer within {} ms",
-                deadline.as_millis()
-            ))),
-        }
+        answered.map_err(|_| DbError::TaskFailed)?
     }
 }
