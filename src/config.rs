@@ -96,8 +96,9 @@ pub fn parse_schedule(text: &str) -> Result<Vec<Duration>, String> {
                 _ => return Err(format!("{item:?}: unknown unit (ms, s, m, h or d)")),
             };
             millis
+                .filter(|ms| *ms <= MAX_MILLIS)
                 .map(Duration::from_millis)
-                .ok_or_else(|| format!("{item:?} is too long"))
+                .ok_or_else(|| format!("{item:?} is longer than 100 years"))
         })
         .collect()
 }
@@ -397,6 +398,8 @@ mod tests {
             ("PROCESSING_LEASE_MS", "10000000000000000"),
             ("WEBHOOK_TIMEOUT_MS", "18446744073709551615"),
             ("WEBHOOK_DISABLE_AFTER_MS", "3153600000001"),
+            ("WEBHOOK_RETRY_SCHEDULE", "5s,876001h"),
+            ("WEBHOOK_RETRY_SCHEDULE", "3153600000001ms"),
             ("PROVIDER_ASYNC_DELAY_MS", "soon"),
             ("WEBHOOK_SECRETS", "not-a-secret"),
             (
