@@ -94,13 +94,21 @@ where
     /// Starts `lanes` lanes on the current runtime. They stop when the last clone of the
     /// returned handle is dropped and the queue is empty.
     pub fn start(db: Db, name: &'static str, lanes: usize, execute: Execute<I, O>) -> Self {
-        let (queue, receiver) = mpsc::unbounded_channel();
+        let (queue, receiver) = mpsc::unbounded_channel::<(I, Reply<O>)>();
         let receiver = Arc::new(Mutex::new(receiver));
         let stats = Arc::new(Stats::default());
         for _ in 0..lanes.max(1) {
             let (db, receiver, stats) = (db.clone(), receiver.clone(), stats.clone());
             actix_web::rt::spawn(async move {
                 while let Some(batch) = next_batch(&receiver).await {
+                    // Items whose callers have given up (see `submit`) are not written.
+                    let batch: Vec<_> = batch
+                        .into_iter()
+                        .filter(|(_, reply)| !reply.is_closed())
+                        .collect();
+                    if batch.is_empty() {
+                        continue;
+                    }
                     stats.record(name, batch.len());
                     run_batch(&db, &stats, execute, batch).await;
                 }
@@ -158,14 +166,7 @@ where
     I: Send + Sync + 'static,
     O: Send + 'static,
 {
-    // Items whose callers have given up (see `submit`) are not written.
-    let (items, replies): (Vec<I>, Vec<Reply<O>>) = batch
-        .into_iter()
-        .filter(|(_, reply)| !reply.is_closed())
-        .unzip();
-    if items.is_empty() {
-        return;
-    }
+    let (items, replies): (Vec<I>, Vec<Reply<O>>) = batch.into_iter().unzip();
     let items = Arc::new(items);
     let all = items.clone();
     let together = db
