@@ -50,7 +50,7 @@ const RESERVE_ATTEMPTS: usize = 50;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RefundOutcome {
     Succeeded {
-        /// `None`: the provider's refund id is already known (a webhook that left it out).
+        /// `None`: the one known already stands (a webhook that left it out).
         provider_refund_id: Option<String>,
     },
     Failed {
@@ -60,6 +60,16 @@ pub enum RefundOutcome {
 }
 
 impl RefundOutcome {
+    /// The provider's id for the refund, if this outcome names one.
+    fn provider_refund_id(&self) -> Option<&String> {
+        match self {
+            Self::Succeeded { provider_refund_id }
+            | Self::Failed {
+                provider_refund_id, ..
+            } => provider_refund_id.as_ref(),
+        }
+    }
+
     /// The outcome a provider answer carries; `None` while it is still pending.
     pub fn from_provider(refund: ProviderRefund) -> Option<Self> {
         match refund.status {
@@ -113,19 +123,17 @@ pub fn apply_refund_outcome(
         if !ours {
             return Ok(OutcomeApplied::AlreadyFinal(row));
         }
+        if let Some(id) = outcome.provider_refund_id() {
+            row.provider_refund_id = Some(id.clone());
+        }
         match outcome {
-            RefundOutcome::Succeeded { provider_refund_id } => {
+            RefundOutcome::Succeeded { .. } => {
                 row.status = SUCCEEDED.to_owned();
-                row.provider_refund_id = provider_refund_id.clone().or(row.provider_refund_id);
                 row.failure_code = None;
                 rows::add_refunded(conn, &row.payment_id, row.amount, at)?;
             }
-            RefundOutcome::Failed {
-                provider_refund_id,
-                failure_code,
-            } => {
+            RefundOutcome::Failed { failure_code, .. } => {
                 row.status = FAILED.to_owned();
-                row.provider_refund_id = provider_refund_id.clone().or(row.provider_refund_id);
                 row.failure_code = failure_code.clone();
                 rows::release_reservation(conn, &row.payment_id, row.amount)?;
             }
