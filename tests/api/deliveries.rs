@@ -279,6 +279,23 @@ impl TestApp {
         self.post_json(&path, &self.api_key, None, body).await
     }
 
+    /// Replays the endpoint's events since `since` (`status` as the API takes it, or its
+    /// default): how many were queued.
+    pub async fn replay_since(
+        &self,
+        endpoint_id: &str,
+        since: &str,
+        status: Option<&str>,
+    ) -> Value {
+        let mut body = json!({"since": since});
+        if let Some(status) = status {
+            body["status"] = json!(status);
+        }
+        let response = self.endpoint_post(endpoint_id, "replay", &body).await;
+        assert_eq!(response.status, 202, "{}", response.text());
+        response.json()["queued"].clone()
+    }
+
     pub async fn deliveries(&self, endpoint_id: &str) -> Vec<Value> {
         let response = self
             .get(&format!(
@@ -809,24 +826,14 @@ async fn replay_delivers_failed_events_again_with_their_original_id() {
     app.wait_for_delivery(&endpoint_id, "succeeded").await;
 
     // Nothing failed any more; `all` sends it once more.
-    let none = app.endpoint_post(&endpoint_id, "replay", &body).await;
-    assert_eq!(none.json(), json!({"queued": 0}));
-    let all = app
-        .endpoint_post(
-            &endpoint_id,
-            "replay",
-            &json!({"since": since.to_rfc3339(), "status": "all"}),
-        )
-        .await;
-    assert_eq!(all.json(), json!({"queued": 1}));
+    let since = since.to_rfc3339();
+    assert_eq!(app.replay_since(&endpoint_id, &since, None).await, 0);
+    assert_eq!(app.replay_since(&endpoint_id, &since, Some("all")).await, 1);
     receiver
         .wait_for("the second replay", |r| r.len() == 3)
         .await;
     let future = (chrono::Utc::now() + chrono::TimeDelta::minutes(1)).to_rfc3339();
-    let later = app
-        .endpoint_post(&endpoint_id, "replay", &json!({"since": future}))
-        .await;
-    assert_eq!(later.json(), json!({"queued": 0}));
+    assert_eq!(app.replay_since(&endpoint_id, &future, None).await, 0);
 }
 
 /// The replay's limit counts only events that concern the endpoint: a failed delivery
@@ -871,24 +878,11 @@ async fn replay_finds_a_failed_delivery_behind_more_other_events_than_its_limit(
     app.wait_for_delivery(&endpoint_id, "failed").await;
 
     receiver.behave(|_, _| Reply::status(200));
-    let replayed = app
-        .endpoint_post(
-            &endpoint_id,
-            "replay",
-            &json!({"since": since.to_rfc3339()}),
-        )
-        .await;
-    assert_eq!(replayed.json(), json!({"queued": 1}));
-    let all = app
-        .endpoint_post(
-            &endpoint_id,
-            "replay",
-            &json!({"since": since.to_rfc3339(), "status": "all"}),
-        )
-        .await;
+    let since = since.to_rfc3339();
+    assert_eq!(app.replay_since(&endpoint_id, &since, None).await, 1);
     assert_eq!(
-        all.json(),
-        json!({"queued": 0}),
+        app.replay_since(&endpoint_id, &since, Some("all")).await,
+        0,
         "the replay is still pending"
     );
     let received = receiver.wait_for("the replay", |r| r.len() == 2).await;

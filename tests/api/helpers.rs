@@ -202,10 +202,19 @@ pub async fn spawn_app_with_provider(
     provider: &TestProvider,
     configure: impl FnOnce(&mut Settings),
 ) -> TestApp {
-    let (database, url) = TestDatabase::create();
-    let mut settings = test_settings(url);
-    settings.provider_url = Some(provider.url.clone());
-    let mut app = start_instance(settings, configure, Some(provider.simulator.clone())).await;
+    spawn_app_against(&provider.url, provider.simulator.clone(), configure).await
+}
+
+/// The service with `PROVIDER_URL` set to `url`, `ledger` as `app.simulator`.
+async fn spawn_app_against(
+    url: &str,
+    ledger: Arc<Simulator>,
+    configure: impl FnOnce(&mut Settings),
+) -> TestApp {
+    let (database, db_url) = TestDatabase::create();
+    let mut settings = test_settings(db_url);
+    settings.provider_url = Some(url.to_owned());
+    let mut app = start_instance(settings, configure, Some(ledger)).await;
     app._database = Some(database);
     app
 }
@@ -309,13 +318,7 @@ pub async fn spawn_app_with_provider_url(
     url: &str,
     configure: impl FnOnce(&mut Settings),
 ) -> TestApp {
-    let (database, db_url) = TestDatabase::create();
-    let mut settings = test_settings(db_url);
-    settings.provider_url = Some(url.to_owned());
-    let ledger = Some(Arc::new(Simulator::new()));
-    let mut app = start_instance(settings, configure, ledger).await;
-    app._database = Some(database);
-    app
+    spawn_app_against(url, Arc::new(Simulator::new()), configure).await
 }
 
 /// One call a [`ScriptedProvider`] received.
