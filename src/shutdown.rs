@@ -37,16 +37,7 @@ impl Shutdown {
     /// `task` gets a clone of the signal and should return soon after
     /// [`Shutdown::requested`] resolves, typically by `select!`ing on it between steps:
     ///
-    /// ```ignore
-    /// state.shutdown.spawn("recovery", |stop| async move {
-    ///     loop {
-    ///         tokio::select! {
-    ///             _ = stop.requested() => break,
-    ///             _ = actix_web::rt::time::sleep(interval) => recover_once(&state).await,
-    ///         }
-    ///     }
-    /// });
-    /// ```
+    /// A task that runs a step at fixed intervals uses [`Shutdown::spawn_periodic`].
     pub fn spawn<F, Fut>(&self, name: &'static str, task: F)
     where
         F: FnOnce(Shutdown) -> Fut,
@@ -56,6 +47,32 @@ impl Shutdown {
         if let Ok(mut workers) = self.workers.lock() {
             workers.push((name, handle));
         }
+    }
+
+    /// Runs `pass` every `every`, the first time after `first`, until a stop is asked for:
+    /// the one loop of every periodic background task (recovery, retention). A pass in
+    /// progress is finished, never cut off half-way.
+    pub fn spawn_periodic<F, Fut>(
+        &self,
+        name: &'static str,
+        first: Duration,
+        every: Duration,
+        pass: F,
+    ) where
+        F: Fn() -> Fut + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        self.spawn(name, move |stop| async move {
+            let mut wait = first;
+            loop {
+                tokio::select! {
+                    _ = stop.requested() => break,
+                    _ = actix_web::rt::time::sleep(wait) => {}
+                }
+                wait = every;
+                pass().await;
+            }
+        });
     }
 
     /// Resolves once a stop was asked for (at once if it already was).

@@ -12,10 +12,13 @@ use crate::auth::ApiKeyCache;
 use crate::config::Settings;
 use crate::db::{self, DatabaseTarget, Db, merchants};
 use crate::idempotency::{FinalAnswers, InFlight};
+use crate::operations::Recovery;
+use crate::payments::CreatePayment;
 use crate::provider::{
     HttpProvider, InProcessProvider, PaymentProvider, RetryPolicy, Simulator, WebhookDelivery,
 };
 use crate::rate_limit::RateLimits;
+use crate::refunds::CreateRefund;
 use crate::routes;
 use crate::shutdown::{Shutdown, WORKER_GRACE};
 use crate::signing::WebhookSecret;
@@ -125,12 +128,7 @@ impl Application {
         let provider: Arc<dyn PaymentProvider> =
             Arc::new(crate::provider::MeteredProvider::new(provider));
 
-        // SQLite has one writer at a time and no network round trip to share: it writes
-        // alone. PostgreSQL coalesces the write path (see `db::group_commit`).
-        let payment_writes = match DatabaseTarget::parse(&settings.database_url) {
-            Ok(DatabaseTarget::Postgres(_)) => Some(crate::payments::start_group_commit(&db)),
-            _ => None,
-        };
+        let payment_writes = crate::payments::start_writes(&db);
         let state = AppState {
             payment_writes,
             db,
@@ -144,16 +142,7 @@ impl Application {
             tls,
         };
         let server = run(listener, state.clone())?;
-        {
-            let state = state.clone();
-            let workers = state.shutdown.clone();
-            workers.spawn("recovery", |stop| {
-                crate::payments::recovery::run(state, stop)
-            });
-        }
-        webhooks::spawn_retention_task(&state);
-        crate::events::spawn_retention_task(&state);
-        crate::deliveries::spawn_worker(&state);
+        start_background_tasks(&state);
         Ok(Self {
             port,
             server,
@@ -187,6 +176,28 @@ impl Application {
         self.state.shutdown.stop_workers(WORKER_GRACE).await;
         served
     }
+}
+
+/// Every background task of an instance, started here and nowhere else; each stops when
+/// [`Application::run_until_stopped`] asks the shutdown handle to (the group-commit lanes
+/// of [`crate::payments::start_writes`] stop with the last handle to them).
+fn start_background_tasks(state: &AppState) {
+    use crate::metrics::RecoveryAction;
+    use crate::payments::authorization::{PaymentOperation, expire_authorizations};
+    Recovery::default()
+        .resume::<CreatePayment>(RecoveryAction::PaymentResumed)
+        .resume::<CreateRefund>(RecoveryAction::RefundResumed)
+        .resume::<PaymentOperation>(RecoveryAction::OperationResumed)
+        .then(|state| async move {
+            expire_authorizations(&state).await.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "expiring authorizations failed; will retry");
+                0
+            })
+        })
+        .spawn(state);
+    webhooks::spawn_retention_task(state);
+    crate::events::spawn_retention_task(state);
+    crate::deliveries::spawn_worker(state);
 }
 
 /// Where this server receives provider webhooks, as seen from this host.

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use crate::auth::ApiKeyCache;
 use crate::config::Settings;
 use crate::db::Db;
-use crate::db::group_commit::GroupCommit;
-use crate::db::payments::{FinalState, PaymentRow};
+use crate::db::payments::PaymentWrites;
 use crate::idempotency::{FinalAnswers, InFlight};
 use crate::provider::PaymentProvider;
 use crate::rate_limit::RateLimits;
@@ -28,21 +27,10 @@ pub struct AppState {
     pub final_answers: FinalAnswers,
     /// Background tasks spawn through this and stop when it fires (see [`Shutdown`]).
     pub shutdown: Shutdown,
-    /// Group commit of new payments (PostgreSQL); `None` on SQLite, which writes alone.
-    pub payment_writes: Option<PaymentWrites>,
+    /// How new payments are written: group-committed on PostgreSQL, alone on SQLite.
+    pub payment_writes: PaymentWrites,
     /// How webhook deliveries verify `https` endpoints.
     pub tls: ClientTls,
-}
-
-/// The write path of new payments, coalesced: concurrent claims become one insert,
-/// concurrent finishes one update and one insert of their events (see
-/// [`crate::db::group_commit`]).
-#[derive(Clone)]
-pub struct PaymentWrites {
-    /// True for a claim that won its key.
-    pub claims: GroupCommit<PaymentRow, bool>,
-    /// True for a final state this write applied (false: the payment was already final).
-    pub finishes: GroupCommit<FinalState, bool>,
 }
 
 /// The caller's request id if it is a sane token, else a new one; set on every request by

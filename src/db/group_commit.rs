@@ -33,6 +33,69 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::{Db, DbConnection, DbError};
 
+/// How one kind of write reaches the database, chosen once at start from the backend, so
+/// that the flows that write never ask which it is.
+pub enum WritePath<I> {
+    /// Each write in its own transaction on a pooled connection: SQLite has one writer at a
+    /// time and no network round trip to share.
+    Alone { db: Db, execute: Execute<I, bool> },
+    /// Coalesced with the concurrent writes of its kind: PostgreSQL.
+    Grouped(GroupCommit<I, bool>),
+}
+
+impl<I> Clone for WritePath<I> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Alone { db, execute } => Self::Alone {
+                db: db.clone(),
+                execute: *execute,
+            },
+            Self::Grouped(lanes) => Self::Grouped(lanes.clone()),
+        }
+    }
+}
+
+impl<I> WritePath<I>
+where
+    I: Send + Sync + 'static,
+{
+    /// The write path of `execute` on `db`: `lanes` group-commit lanes named `name` on
+    /// PostgreSQL, each write alone on SQLite.
+    pub fn start(db: &Db, name: &'static str, lanes: usize, execute: Execute<I, bool>) -> Self {
+        if db.is_postgres() {
+            Self::Grouped(GroupCommit::start(db.clone(), name, lanes, execute))
+        } else {
+            Self::Alone {
+                db: db.clone(),
+                execute,
+            }
+        }
+    }
+
+    /// Writes `item`: its one result once committed (see [`GroupCommit::submit`]).
+    pub async fn submit(&self, item: I) -> Result<bool, DbError> {
+        match self {
+            Self::Alone { db, execute } => {
+                let execute = *execute;
+                db.run(move |conn| {
+                    let results = checked(execute(conn, std::slice::from_ref(&item)), 1)?;
+                    Ok(results.first().copied().unwrap_or(false))
+                })
+                .await
+            }
+            Self::Grouped(lanes) => lanes.submit(item).await,
+        }
+    }
+
+    /// The group commit behind this path, if it has one (tests and the metrics).
+    pub fn group_commit(&self) -> Option<&GroupCommit<I, bool>> {
+        match self {
+            Self::Alone { .. } => None,
+            Self::Grouped(lanes) => Some(lanes),
+        }
+    }
+}
+
 /// Items per statement at most: bounds the statement's size and a batch's latency.
 pub const MAX_BATCH: usize = 128;
 

@@ -5,15 +5,55 @@
 //! Every move is one guarded update, so of any number of requests, retries, instances and
 //! recovery workers exactly one owns a row at a time.
 
+use super::DbConnection;
+use crate::domain::Timestamp;
+
+/// A row that a request owns while it is unfinished, through a lease: what the one
+/// idempotent-operation mechanism needs of every operation's table, whatever the table.
+pub trait Leased: Sized {
+    /// The row as it is now (`None`: gone).
+    fn reload(&self, conn: &mut DbConnection) -> diesel::QueryResult<Option<Self>>;
+
+    /// Takes over the unfinished row if its lease is free (guarded update; true if won:
+    /// of many callers at once exactly one wins).
+    fn take_over(
+        &self,
+        conn: &mut DbConnection,
+        token: &str,
+        now: Timestamp,
+        lease: chrono::Duration,
+    ) -> diesel::QueryResult<bool>;
+
+    /// Gives up the lease `token` holds (outcome unknown, or pending at the provider),
+    /// keeping the provider's reference if one is given, so that a retry can take the row
+    /// over at once. Leaves `self` as released; true if the lease was still ours.
+    fn release(
+        &mut self,
+        conn: &mut DbConnection,
+        token: &str,
+        provider_ref: Option<&str>,
+        now: Timestamp,
+    ) -> diesel::QueryResult<bool>;
+
+    /// Unfinished rows nobody owns, untouched since `untouched_since`: their request died,
+    /// or answered 202 and was never retried. Oldest first.
+    fn find_abandoned(
+        conn: &mut DbConnection,
+        now: Timestamp,
+        untouched_since: Timestamp,
+        limit: i64,
+    ) -> diesel::QueryResult<Vec<Self>>;
+}
+
 /// Defines, in the calling module, `find_by_id`, `lock_unfinished`, `take_over`, `release`
-/// and `find_abandoned` for the
+/// and `find_abandoned`, and implements [`Leased`] for `$row`, for the
 /// table `$table` (its schema module in scope), whose rows load as `$row`, are unfinished
 /// while `status = $unfinished`, and name the provider's object in `$provider_id`.
 macro_rules! lease_protocol {
     ($table:ident, $row:ty, $unfinished:expr, $provider_id:ident) => {
         /// Takes over an unfinished row whose lease is free. Returns whether this caller
         /// won; of many callers at once exactly one does.
-        pub fn take_over(
+        fn take_over(
             conn: &mut $crate::db::DbConnection,
             id: &str,
             token: &str,
@@ -41,7 +81,7 @@ macro_rules! lease_protocol {
 
         /// Gives up the lease of an unfinished row (outcome unknown, or pending at the
         /// provider), so a retry can take it over at once. Only the owner can give it up.
-        pub fn release(
+        fn release(
             conn: &mut $crate::db::DbConnection,
             id: &str,
             token: &str,
@@ -96,7 +136,7 @@ macro_rules! lease_protocol {
 
         /// Unfinished rows nobody owns and nobody has touched since `untouched_since`:
         /// their request died, or answered 202 and was never retried. Oldest first.
-        pub fn find_abandoned(
+        fn find_abandoned(
             conn: &mut $crate::db::DbConnection,
             now: $crate::domain::Timestamp,
             untouched_since: $crate::domain::Timestamp,
@@ -114,6 +154,50 @@ macro_rules! lease_protocol {
                 .limit(limit)
                 .select(<$row>::as_select())
                 .load(conn)
+        }
+
+        impl $crate::db::Leased for $row {
+            fn reload(
+                &self,
+                conn: &mut $crate::db::DbConnection,
+            ) -> diesel::QueryResult<Option<Self>> {
+                find_by_id(conn, &self.id)
+            }
+
+            fn take_over(
+                &self,
+                conn: &mut $crate::db::DbConnection,
+                token: &str,
+                now: $crate::domain::Timestamp,
+                lease: chrono::Duration,
+            ) -> diesel::QueryResult<bool> {
+                take_over(conn, &self.id, token, now, lease)
+            }
+
+            fn release(
+                &mut self,
+                conn: &mut $crate::db::DbConnection,
+                token: &str,
+                provider_ref: Option<&str>,
+                now: $crate::domain::Timestamp,
+            ) -> diesel::QueryResult<bool> {
+                if let Some(provider_ref) = provider_ref {
+                    self.$provider_id = Some(provider_ref.to_owned());
+                }
+                self.lease_token = None;
+                self.lease_expires_at = None;
+                self.updated_at = now;
+                release(conn, &self.id, token, self.$provider_id.as_deref(), now)
+            }
+
+            fn find_abandoned(
+                conn: &mut $crate::db::DbConnection,
+                now: $crate::domain::Timestamp,
+                untouched_since: $crate::domain::Timestamp,
+                limit: i64,
+            ) -> diesel::QueryResult<Vec<Self>> {
+                find_abandoned(conn, now, untouched_since, limit)
+            }
         }
     };
 }

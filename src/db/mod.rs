@@ -15,6 +15,8 @@ pub mod schema;
 pub mod webhook_endpoints;
 pub mod webhook_events;
 
+pub use lease::Leased;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -670,6 +672,7 @@ pub struct Db {
     /// How long a caller waits for [`Db::run`]: none on SQLite (a local file, whose waits
     /// are bounded by its busy timeout), [`SERVER_DEADLINE`] on PostgreSQL.
     deadline: Option<Duration>,
+    postgres: bool,
 }
 
 /// How long a caller waits for a PostgreSQL server (a pooled connection, then its
@@ -683,8 +686,18 @@ pub const SERVER_DEADLINE: Duration = Duration::from_secs(4);
 impl Db {
     /// The database of `target`: PostgreSQL calls give up after [`SERVER_DEADLINE`].
     pub fn new(pool: Pool, target: &DatabaseTarget) -> Self {
-        let deadline = matches!(target, DatabaseTarget::Postgres(_)).then_some(SERVER_DEADLINE);
-        Self { pool, deadline }
+        let postgres = matches!(target, DatabaseTarget::Postgres(_));
+        let deadline = postgres.then_some(SERVER_DEADLINE);
+        Self {
+            pool,
+            deadline,
+            postgres,
+        }
+    }
+
+    /// PostgreSQL (a server, shared by instances), or SQLite (a local file).
+    pub fn is_postgres(&self) -> bool {
+        self.postgres
     }
 
     pub fn pool(&self) -> &Pool {

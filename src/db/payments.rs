@@ -6,6 +6,7 @@ use std::collections::HashSet;
 
 use diesel::prelude::*;
 
+use super::group_commit::WritePath;
 use super::schema::payments;
 use super::{DbConnection, prepared};
 use crate::domain::{RequestRef, Timestamp};
@@ -122,6 +123,16 @@ pub struct FinalState {
     pub row: PaymentRow,
     pub body: String,
     pub made_by: Option<RequestRef>,
+}
+
+/// The write path of new payments (see [`WritePath`]): on PostgreSQL concurrent claims
+/// become one insert, concurrent finishes one update and one insert of their events.
+#[derive(Clone)]
+pub struct PaymentWrites {
+    /// True for a claim that won its key.
+    pub claims: WritePath<PaymentRow>,
+    /// True for a final state this write applied (false: the payment was already final).
+    pub finishes: WritePath<FinalState>,
 }
 
 pub fn find_by_idempotency_key(

@@ -406,27 +406,25 @@ pub async fn prune_expired(
     }
 }
 
-/// The retention task of `EVENT_RETENTION_DAYS`, under the shutdown handle.
+/// Prunes the events past `EVENT_RETENTION_DAYS` shortly after start, then hourly.
 pub fn spawn_retention_task(state: &AppState) {
     let db = state.db.clone();
     let retention = state.settings.event_retention;
-    state
-        .shutdown
-        .spawn("event-retention", move |stop| async move {
-            let mut wait = PRUNE_FIRST_DELAY;
-            loop {
-                tokio::select! {
-                    _ = stop.requested() => break,
-                    _ = actix_web::rt::time::sleep(wait) => {}
-                }
-                wait = PRUNE_INTERVAL;
+    state.shutdown.spawn_periodic(
+        "event-retention",
+        PRUNE_FIRST_DELAY,
+        PRUNE_INTERVAL,
+        move || {
+            let db = db.clone();
+            async move {
                 match prune_expired(&db, now(), retention).await {
                     Ok(0) => {}
                     Ok(deleted) => tracing::info!(deleted, "expired events pruned"),
                     Err(e) => tracing::warn!(error = %e, "pruning events failed; will retry"),
                 }
             }
-        });
+        },
+    );
 }
 
 #[cfg(test)]

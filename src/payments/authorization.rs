@@ -29,7 +29,7 @@ use crate::domain::{Amount, IdempotencyKey, OperationId, PaymentId, Timestamp, n
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
-use crate::operations::{self, Called, Claimed, Lease, Operation, Released, RequestRef};
+use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
 use crate::provider::{
     CaptureRequest, ChargeUpdate, OutcomeUnknown, ProviderError, ProviderStatus,
 };
@@ -182,20 +182,6 @@ impl Operation for PaymentOperation {
         )
     }
 
-    fn find(conn: &mut DbConnection, id: &str) -> diesel::QueryResult<Option<OperationRow>> {
-        rows::find_by_id(conn, id)
-    }
-
-    fn take_over(
-        conn: &mut DbConnection,
-        id: &str,
-        token: &str,
-        now: Timestamp,
-        lease: chrono::Duration,
-    ) -> diesel::QueryResult<bool> {
-        rows::take_over(conn, id, token, now, lease)
-    }
-
     fn call_for(_: &mut DbConnection, row: &OperationRow) -> diesel::QueryResult<String> {
         row.provider_charge_id
             .clone()
@@ -248,30 +234,11 @@ impl Operation for PaymentOperation {
     }
 
     /// The 202 body is the payment as it is (still `requires_capture`, held).
-    fn release(
+    fn render_unfinished(
         conn: &mut DbConnection,
         row: &OperationRow,
-        token: &str,
-        _provider_ref: Option<&str>,
-    ) -> diesel::QueryResult<Released> {
-        let ours = rows::release(
-            conn,
-            &row.id,
-            token,
-            row.provider_charge_id.as_deref(),
-            now(),
-        )?;
-        let body = render_payment(conn, &row.payment_id)?;
-        Ok(Released { ours, body })
-    }
-
-    fn find_abandoned(
-        conn: &mut DbConnection,
-        now: Timestamp,
-        idle_since: Timestamp,
-        limit: i64,
-    ) -> diesel::QueryResult<Vec<OperationRow>> {
-        rows::find_abandoned(conn, now, idle_since, limit)
+    ) -> diesel::QueryResult<String> {
+        render_payment(conn, &row.payment_id)
     }
 }
 
@@ -339,7 +306,7 @@ fn claim_operation(
         };
         let answer = Answer::refusal(&refusal);
         rows::reject(conn, &claim.id, i32::from(answer.status), &answer.body)?;
-        Ok(Claimed::Refused(answer))
+        Ok(Claimed::Answered(answer))
     })
 }
 

@@ -12,22 +12,23 @@
 //! ```
 
 pub mod authorization;
-pub mod recovery;
 pub mod request;
 pub mod view;
 
 use crate::auth::Merchant;
 use crate::config::Settings;
-use crate::db::group_commit::GroupCommit;
-use crate::db::payments::{self as rows, FinalState, ListFilter, PaymentRow};
+use crate::db::group_commit::WritePath;
+use crate::db::payments::{self as rows, FinalState, ListFilter, PaymentRow, PaymentWrites};
 use crate::db::{Db, DbConnection, DbError};
 use crate::domain::{IdempotencyKey, PaymentId, Timestamp, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
-use crate::operations::{self, Called, Claimed, Lease, Operation, Released, RequestRef};
-use crate::provider::{Charge, ChargeRequest, OutcomeUnknown, ProviderError, ProviderStatus};
-use crate::state::{AppState, PaymentWrites};
+use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
+use crate::provider::{
+    Charge, ChargeRequest, OutcomeUnknown, PROVIDER_REFUSED, ProviderError, ProviderStatus,
+};
+use crate::state::AppState;
 
 pub use request::{CaptureMethod, NewPayment};
 pub use view::PaymentStatus;
@@ -41,9 +42,6 @@ pub enum Charged {
     Answered(Charge),
     Refused(String),
 }
-
-/// The `failure_code` of a payment whose charge the provider refused.
-pub const PROVIDER_REFUSED: &str = "provider_refused";
 
 /// Creating a payment, as an [`Operation`]: the row is the claim, the provider call is the
 /// charge (or the authorization, for a manual capture).
@@ -71,10 +69,7 @@ impl Operation for CreatePayment {
         state: &AppState,
         claim: PaymentRow,
     ) -> Result<Claimed<PaymentRow, ()>, DbError> {
-        let Some(writes) = &state.payment_writes else {
-            return operations::claim_alone::<Self>(state, claim).await;
-        };
-        if writes.claims.submit(claim.clone()).await? {
+        if state.payment_writes.claims.submit(claim.clone()).await? {
             Ok(Claimed::Won(claim, ()))
         } else {
             Err(DbError::UniqueViolation(
@@ -89,12 +84,6 @@ impl Operation for CreatePayment {
         charge: Charged,
         request: Option<RequestRef>,
     ) -> Result<PaymentRow, DbError> {
-        let Some(writes) = &state.payment_writes else {
-            return state
-                .db
-                .run(move |conn| Self::finish(conn, &row, &charge, request.as_ref()))
-                .await;
-        };
         let (finished, body) = final_state(row, charge, now())
             .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
         let final_state = FinalState {
@@ -102,7 +91,7 @@ impl Operation for CreatePayment {
             body,
             made_by: request,
         };
-        if writes.finishes.submit(final_state).await? {
+        if state.payment_writes.finishes.submit(final_state).await? {
             return Ok(finished);
         }
         // Someone else (a webhook, another instance) finished it first: theirs stands.
@@ -118,20 +107,6 @@ impl Operation for CreatePayment {
         claim: &PaymentRow,
     ) -> diesel::QueryResult<Option<PaymentRow>> {
         rows::find_by_idempotency_key(conn, &claim.merchant_id, &claim.idempotency_key)
-    }
-
-    fn find(conn: &mut DbConnection, id: &str) -> diesel::QueryResult<Option<PaymentRow>> {
-        rows::find_by_id(conn, id)
-    }
-
-    fn take_over(
-        conn: &mut DbConnection,
-        id: &str,
-        token: &str,
-        now: Timestamp,
-        lease: chrono::Duration,
-    ) -> diesel::QueryResult<bool> {
-        rows::take_over(conn, id, token, now, lease)
     }
 
     fn call_for(_: &mut DbConnection, _: &PaymentRow) -> diesel::QueryResult<()> {
@@ -175,36 +150,9 @@ impl Operation for CreatePayment {
         rows::find_by_id(conn, &finished.id)?.ok_or(diesel::result::Error::NotFound)
     }
 
-    fn release(
-        conn: &mut DbConnection,
-        row: &PaymentRow,
-        token: &str,
-        charge_id: Option<&str>,
-    ) -> diesel::QueryResult<Released> {
-        let mut row = row.clone();
-        row.provider_charge_id = charge_id.map(str::to_owned).or(row.provider_charge_id);
-        row.lease_token = None;
-        row.lease_expires_at = None;
-        row.updated_at = now();
-        let ours = rows::release(
-            conn,
-            &row.id,
-            token,
-            row.provider_charge_id.as_deref(),
-            row.updated_at,
-        )?;
-        let body = view::render(&row)
-            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
-        Ok(Released { ours, body })
-    }
-
-    fn find_abandoned(
-        conn: &mut DbConnection,
-        now: Timestamp,
-        idle_since: Timestamp,
-        limit: i64,
-    ) -> diesel::QueryResult<Vec<PaymentRow>> {
-        rows::find_abandoned(conn, now, idle_since, limit)
+    /// While its outcome is unknown, a payment answers 202 with itself, `processing`.
+    fn render_unfinished(_: &mut DbConnection, row: &PaymentRow) -> diesel::QueryResult<String> {
+        view::render(row).map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
     }
 }
 
@@ -273,12 +221,12 @@ pub fn finish_recorded_all(
 /// How many group-commit batches of each kind may be in flight at once.
 const WRITE_LANES: usize = 4;
 
-/// Starts the group commit of new payments on `db` (PostgreSQL): see [`PaymentWrites`].
-pub fn start_group_commit(db: &Db) -> PaymentWrites {
+/// Starts the write path of new payments on `db` (see [`PaymentWrites`]).
+pub fn start_writes(db: &Db) -> PaymentWrites {
     let lanes = WRITE_LANES.min(db.pool().max_size() as usize / 2).max(1);
     PaymentWrites {
-        claims: GroupCommit::start(db.clone(), "payment_claim", lanes, rows::insert_many),
-        finishes: GroupCommit::start(db.clone(), "payment_finish", lanes, finish_recorded_all),
+        claims: WritePath::start(db, "payment_claim", lanes, rows::insert_many),
+        finishes: WritePath::start(db, "payment_finish", lanes, finish_recorded_all),
     }
 }
 

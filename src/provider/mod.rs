@@ -18,6 +18,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::domain::sanitized;
 
+/// The `failure_code` of a payment or refund whose call the provider refused (a 4xx:
+/// nothing moved).
+pub const PROVIDER_REFUSED: &str = "provider_refused";
+
 /// `POST /v1/charges` body. `reference` is our payment id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChargeRequest {

@@ -26,14 +26,13 @@ use crate::auth::Merchant;
 use crate::config::Settings;
 use crate::db::DbConnection;
 use crate::db::refunds::{self as rows, FAILED, PENDING, RefundRow, SUCCEEDED};
-use crate::domain::{IdempotencyKey, PaymentId, RefundId, Timestamp, now};
+use crate::domain::{IdempotencyKey, PaymentId, RefundId, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
-use crate::operations::{self, Called, Claimed, Lease, Operation, Released, RequestRef};
-use crate::payments::PROVIDER_REFUSED;
+use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
 use crate::provider::{
-    OutcomeUnknown, ProviderError, ProviderRefund, ProviderStatus, RefundRequest,
+    OutcomeUnknown, PROVIDER_REFUSED, ProviderError, ProviderRefund, ProviderStatus, RefundRequest,
 };
 use crate::state::AppState;
 
@@ -196,20 +195,6 @@ impl Operation for CreateRefund {
         rows::find_by_idempotency_key(conn, &claim.merchant_id, &claim.idempotency_key)
     }
 
-    fn find(conn: &mut DbConnection, id: &str) -> diesel::QueryResult<Option<RefundRow>> {
-        rows::find_by_id(conn, id)
-    }
-
-    fn take_over(
-        conn: &mut DbConnection,
-        id: &str,
-        token: &str,
-        now: Timestamp,
-        lease: chrono::Duration,
-    ) -> diesel::QueryResult<bool> {
-        rows::take_over(conn, id, token, now, lease)
-    }
-
     fn call_for(conn: &mut DbConnection, row: &RefundRow) -> diesel::QueryResult<String> {
         rows::find_payment(conn, &row.merchant_id, &row.payment_id)?
             .and_then(|p| p.provider_charge_id)
@@ -256,39 +241,10 @@ impl Operation for CreateRefund {
         }
     }
 
-    /// The amount stays reserved while the outcome is unknown.
-    fn release(
-        conn: &mut DbConnection,
-        row: &RefundRow,
-        token: &str,
-        provider_refund_id: Option<&str>,
-    ) -> diesel::QueryResult<Released> {
-        let mut row = row.clone();
-        row.provider_refund_id = provider_refund_id
-            .map(str::to_owned)
-            .or(row.provider_refund_id);
-        row.lease_token = None;
-        row.lease_expires_at = None;
-        row.updated_at = now();
-        let ours = rows::release(
-            conn,
-            &row.id,
-            token,
-            row.provider_refund_id.as_deref(),
-            row.updated_at,
-        )?;
-        let body = view::render(&row)
-            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
-        Ok(Released { ours, body })
-    }
-
-    fn find_abandoned(
-        conn: &mut DbConnection,
-        now: Timestamp,
-        idle_since: Timestamp,
-        limit: i64,
-    ) -> diesel::QueryResult<Vec<RefundRow>> {
-        rows::find_abandoned(conn, now, idle_since, limit)
+    /// The amount stays reserved while the outcome is unknown; the 202 is the refund,
+    /// `pending`.
+    fn render_unfinished(_: &mut DbConnection, row: &RefundRow) -> diesel::QueryResult<String> {
+        view::render(row).map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))
     }
 }
 
@@ -388,7 +344,7 @@ fn claim_refund(
                     i32::from(answer.status),
                     &answer.body,
                 )?;
-                return Ok(Claimed::Refused(answer));
+                return Ok(Claimed::Answered(answer));
             }
             let amount = requested.unwrap_or(left);
             if rows::reserve(conn, &claim.payment_id, amount)? {

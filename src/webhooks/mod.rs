@@ -444,19 +444,17 @@ pub async fn prune_expired_events(db: &Db, now: Timestamp) -> Result<usize, DbEr
     }
 }
 
-/// The retention task: prunes shortly after start, then every [`PRUNE_INTERVAL`].
+/// Prunes the recorded webhook ids past [`RETENTION`] shortly after start, then every
+/// [`PRUNE_INTERVAL`].
 pub fn spawn_retention_task(state: &AppState) {
     let db = state.db.clone();
-    state
-        .shutdown
-        .spawn("webhook-retention", |stop| async move {
-            let mut wait = PRUNE_FIRST_DELAY;
-            loop {
-                tokio::select! {
-                    _ = stop.requested() => break,
-                    _ = actix_web::rt::time::sleep(wait) => {}
-                }
-                wait = PRUNE_INTERVAL;
+    state.shutdown.spawn_periodic(
+        "webhook-retention",
+        PRUNE_FIRST_DELAY,
+        PRUNE_INTERVAL,
+        move || {
+            let db = db.clone();
+            async move {
                 match prune_expired_events(&db, now()).await {
                     Ok(0) => {}
                     Ok(deleted) => tracing::info!(deleted, "expired webhook event ids pruned"),
@@ -465,5 +463,6 @@ pub fn spawn_retention_task(state: &AppState) {
                     }
                 }
             }
-        });
+        },
+    );
 }

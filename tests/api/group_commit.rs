@@ -6,27 +6,39 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use payments_api::db::events as event_rows;
+use payments_api::db::group_commit::GroupCommit;
 use payments_api::db::payments::{self as payment_rows, FinalState, PaymentRow};
 use payments_api::domain::{PaymentId, RequestRef, now, sha256_hex};
 use payments_api::payments::{Charged, final_state};
 use payments_api::provider::{Charge, ProviderStatus};
-use payments_api::state::PaymentWrites;
 use serde_json::json;
 
 use crate::helpers::{TestApp, spawn_app, visa};
 use crate::ops::app_behind_proxy;
 
+/// The group-commit lanes of new payments.
+struct Lanes {
+    claims: GroupCommit<PaymentRow, bool>,
+    finishes: GroupCommit<FinalState, bool>,
+}
+
 /// The group commit of `app`, or `None` (and a check that it is SQLite) when it has none.
-fn writes(app: &TestApp) -> Option<PaymentWrites> {
-    let writes = app.state.payment_writes.clone();
-    if writes.is_none() {
-        assert!(
-            app.state.settings.database_url.starts_with("sqlite://"),
-            "PostgreSQL without group commit"
-        );
-        eprintln!("SQLite writes payments alone: no group commit to test");
+fn writes(app: &TestApp) -> Option<Lanes> {
+    let writes = &app.state.payment_writes;
+    match (writes.claims.group_commit(), writes.finishes.group_commit()) {
+        (Some(claims), Some(finishes)) => Some(Lanes {
+            claims: claims.clone(),
+            finishes: finishes.clone(),
+        }),
+        _ => {
+            assert!(
+                app.state.settings.database_url.starts_with("sqlite://"),
+                "PostgreSQL without group commit"
+            );
+            eprintln!("SQLite writes payments alone: no group commit to test");
+            None
+        }
     }
-    writes
 }
 
 /// A claim of `key` for the app's merchant, as the API builds it.
@@ -288,7 +300,7 @@ async fn a_claim_whose_answer_was_lost_is_503_and_the_retry_finds_the_row() {
         return;
     };
     assert!(
-        app.state.payment_writes.is_some(),
+        app.state.payment_writes.claims.group_commit().is_some(),
         "PostgreSQL batches claims"
     );
     assert_eq!(app.get("/v1/payments").await.status, 200); // warms the key cache
@@ -328,7 +340,7 @@ async fn a_finish_whose_commit_answer_was_lost_is_503_and_the_retry_replays_it()
         return;
     };
     assert!(
-        app.state.payment_writes.is_some(),
+        app.state.payment_writes.claims.group_commit().is_some(),
         "PostgreSQL batches finishes"
     );
     assert_eq!(app.get("/v1/payments").await.status, 200);

@@ -1,0 +1,310 @@
+//! The steps of one request under the §3 rules (see the diagram in the room's `mod.rs`).
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::future::Either;
+
+use super::{Called, Claimed, Operation, RequestRef};
+use crate::db::{DbError, Leased};
+use crate::domain::now;
+use crate::error::ApiError;
+use crate::idempotency::{
+    Answer, Followed, IdempotentRecord, Joined, follow, lead_or_join, observe, scope_key,
+    store_when_possible,
+};
+use crate::metrics::{self, IdempotencyOutcome};
+use crate::state::AppState;
+
+/// Runs one request of operation `O` under the §3 rules. `claim` is the row to insert,
+/// built with a [`super::Lease`]; `request` names the API request (for its events).
+///
+/// The row goes on the heap here, once: a future keeps its arguments for as long as it
+/// runs, and a request's future runs until the provider answers, so a row passed by value
+/// down the stages would be held several times over (half a kilobyte each) by every
+/// request waiting on the provider.
+pub fn execute<O: Operation>(
+    state: &AppState,
+    claim: O::Row,
+    request: Option<RequestRef>,
+) -> impl Future<Output = Result<Answer, ApiError>> + '_ {
+    execute_boxed::<O>(state, Box::new(claim), request)
+}
+
+/// [`execute`] with the row on the heap.
+async fn execute_boxed<O: Operation>(
+    state: &AppState,
+    claim: Box<O::Row>,
+    request: Option<RequestRef>,
+) -> Result<Answer, ApiError> {
+    let (resource, scope) = (O::resource(&claim), O::scope(&claim));
+    let (merchant, key, fingerprint) = (
+        claim.merchant_id().to_owned(),
+        claim.idempotency_key().to_owned(),
+        claim.fingerprint().to_owned(),
+    );
+    // Final answers never change: a key seen final here is answered from memory.
+    let answers = &state.final_answers;
+    if let Some(answer) = answers.answer(resource, scope, &merchant, &key, &fingerprint) {
+        return answer;
+    }
+    let in_process = scope_key(scope, &merchant, &key);
+    let wait = state.settings.idempotency_wait;
+    // Boxed, and awaited before the match rather than in it: a match keeps what it matches
+    // on until it ends, and this one lasts as long as the provider call.
+    let joined = Box::pin(lead_or_join(
+        &state.inflight,
+        resource,
+        &in_process,
+        &fingerprint,
+        wait,
+    ))
+    .await?;
+    let (guard, wait_left) = match joined {
+        Joined::Answer(answer) => return Ok(answer),
+        Joined::Lead { guard, wait_left } => (guard, wait_left),
+    };
+    let answer = claim_or_follow::<O>(state, claim, request, wait_left).await?;
+    // In memory before the lead is given up, so that no later duplicate here finds
+    // neither.
+    answers.remember(scope, &merchant, &key, &fingerprint, &answer);
+    guard.settle(&answer);
+    Ok(answer)
+}
+
+async fn claim_or_follow<O: Operation>(
+    state: &AppState,
+    claim: Box<O::Row>,
+    request: Option<RequestRef>,
+    wait: Duration,
+) -> Result<Answer, ApiError> {
+    let resource = O::resource(&claim);
+    // The database decides the winner: of all requests with this key, exactly one insert
+    // succeeds, and only that request calls the provider.
+    // Boxed, like the other stages below: a request's future is as large as its largest
+    // stage for as long as it runs, and most of its life is spent waiting on the provider
+    // with small state; boxed, a stage takes its space only while it runs.
+    // Decided in a match that ends before the long wait, which the match only sets up: a
+    // match keeps what it matches on (here the claimed row) until it ends.
+    let next = match Box::pin(O::run_claim(state, (*claim).clone())).await {
+        Ok(Claimed::Won(row, call)) => {
+            metrics::idempotency(resource, IdempotencyOutcome::Created);
+            tracing::info!(id = %row.record_id(), "{resource} claimed");
+            let token = row.lease_token().unwrap_or_default().to_owned();
+            Either::Left(drive_detached::<O>(state, row, token, call, request))
+        }
+        Ok(Claimed::Answered(answer)) => {
+            metrics::idempotency(resource, IdempotencyOutcome::Created);
+            tracing::info!(id = %claim.record_id(), status = answer.status, "{resource} answered at the claim");
+            return Ok(answer);
+        }
+        Ok(Claimed::Unstored(refusal)) => return Err(refusal),
+        Err(DbError::UniqueViolation(_)) => {
+            Either::Right(Box::pin(follow_key::<O>(state, claim, request, wait)))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    next.await
+}
+
+/// Another request has the key: its row is replayed, taken over or waited for, unless
+/// this request differs from it (a reused key).
+async fn follow_key<O: Operation>(
+    state: &AppState,
+    claim: Box<O::Row>,
+    request: Option<RequestRef>,
+    wait: Duration,
+) -> Result<Answer, ApiError> {
+    // The row goes to the lookup: only its fingerprint is needed after.
+    let fingerprint = claim.fingerprint().to_owned();
+    let existing = Box::pin(state.db.run(move |conn| O::find_by_key(conn, &claim)))
+        .await?
+        .ok_or_else(|| ApiError::internal("idempotency key conflict without a stored row"))?;
+    if existing.fingerprint() != fingerprint {
+        metrics::idempotency(O::resource(&existing), IdempotencyOutcome::Reused);
+        return Err(ApiError::IdempotencyKeyReused);
+    }
+    follow_existing::<O>(state, existing, request, wait).await
+}
+
+/// A duplicate of an existing row: replay it if final, take it over if nobody owns it,
+/// otherwise wait up to `wait` (what is left of `IDEMPOTENCY_WAIT_MS`) for its owner.
+async fn follow_existing<O: Operation>(
+    state: &AppState,
+    row: O::Row,
+    request: Option<RequestRef>,
+    wait: Duration,
+) -> Result<Answer, ApiError> {
+    let resource = O::resource(&row);
+    let followed = follow(
+        &state.inflight,
+        wait,
+        row,
+        |row, token| {
+            let (row, lease) = (row.clone(), O::lease(state, row));
+            async move {
+                Ok(state
+                    .db
+                    .run(move |conn| row.take_over(conn, &token, now(), lease))
+                    .await?)
+            }
+        },
+        |row| {
+            let row = row.clone();
+            async move {
+                state
+                    .db
+                    .run(move |conn| row.reload(conn))
+                    .await?
+                    .ok_or_else(|| ApiError::internal("row vanished while waiting"))
+            }
+        },
+    )
+    .await;
+    observe(resource, &followed);
+    match followed? {
+        Followed::Answer(answer) => Ok(answer),
+        Followed::TakenOver(row, token) => {
+            Box::pin(resume_owned::<O>(state, row, token, request)).await
+        }
+    }
+}
+
+/// Drives a row whose lease this caller has just taken.
+pub(super) async fn resume_owned<O: Operation>(
+    state: &AppState,
+    row: O::Row,
+    token: String,
+    request: Option<RequestRef>,
+) -> Result<Answer, ApiError> {
+    let call = {
+        let row = row.clone();
+        state.db.run(move |conn| O::call_for(conn, &row)).await?
+    };
+    drive_detached::<O>(state, row, token, call, request).await
+}
+
+/// Runs the provider call on its own task, so that a client hanging up mid-request does
+/// not abandon the operation half-way: it finishes and its outcome is stored regardless.
+/// Spawned here, in a plain function, so the task's future is never part of the caller's;
+/// the caller waits on the task alone.
+fn drive_detached<O: Operation>(
+    state: &AppState,
+    row: O::Row,
+    token: String,
+    call: O::Call,
+    request: Option<RequestRef>,
+) -> impl Future<Output = Result<Answer, ApiError>> + 'static {
+    let task = actix_web::rt::spawn(drive::<O>(
+        state.clone(),
+        Box::new(row),
+        token,
+        call,
+        request,
+    ));
+    async move {
+        task.await
+            .map_err(|e| ApiError::internal(format!("operation task failed: {e}")))?
+    }
+}
+
+/// Holds the lease of `row`: asks the provider (our row id is its idempotency key, so
+/// asking again can never move money twice) and records what it said. Owns what it needs
+/// (the task outlives the request), the row boxed.
+async fn drive<O: Operation>(
+    state: AppState,
+    row: Box<O::Row>,
+    token: String,
+    call: O::Call,
+    request: Option<RequestRef>,
+) -> Result<Answer, ApiError> {
+    let state = &state;
+    let resource = O::resource(&row);
+    let inflight = state.inflight.drive(row.record_id());
+    // Not matched on directly: the match would keep the call's future until it ends.
+    let called = O::call(state, &row, &call).await;
+    let answer = match called {
+        Ok(Called::Final(outcome)) => {
+            match Box::pin(finish::<O>(
+                state,
+                (*row).clone(),
+                outcome.clone(),
+                request.clone(),
+            ))
+            .await
+            {
+                Err(ApiError::ServiceUnavailable) => {
+                    // The provider answered but the database is away: this request says
+                    // 503, and the answer is kept to be stored as soon as the database is
+                    // back, so retries then get the replay rather than wait out the lease.
+                    let (state, id) = (state.clone(), row.record_id().to_owned());
+                    actix_web::rt::spawn(async move {
+                        let lease = state.settings.processing_lease;
+                        store_when_possible(id, lease, || {
+                            finish::<O>(&state, (*row).clone(), outcome.clone(), request.clone())
+                        })
+                        .await
+                    });
+                    return Err(ApiError::ServiceUnavailable);
+                }
+                finished => finished?,
+            }
+        }
+        Ok(Called::Pending(provider_ref)) => {
+            tracing::info!(id = %row.record_id(), provider_ref, "{resource} pending at the provider");
+            Box::pin(release::<O>(state, *row, token, provider_ref)).await?
+        }
+        Err(unknown) => {
+            tracing::warn!(id = %row.record_id(), error = %unknown, "{resource} outcome unknown");
+            Box::pin(release::<O>(state, *row, token, None)).await?
+        }
+    };
+    inflight.settle(&answer);
+    Ok(answer)
+}
+
+/// Records a final provider answer. If another path (a webhook, another instance) finished
+/// the row first, its stored answer is the answer.
+fn finish<O: Operation>(
+    state: &AppState,
+    row: O::Row,
+    outcome: O::Outcome,
+    request: Option<RequestRef>,
+) -> impl Future<Output = Result<Answer, ApiError>> + 'static {
+    let state = state.clone();
+    async move {
+        let finished = O::run_finish(&state, row, outcome, request).await?;
+        tracing::info!(id = %finished.record_id(), "{} finished", O::resource(&finished));
+        finished
+            .stored_answer()
+            .ok_or_else(|| ApiError::internal("operation not final after finishing"))
+    }
+}
+
+/// The outcome is not known yet: give up the lease so a retry or the recovery worker can
+/// resume at once, and answer 202. Unless it is known after all: a webhook may have
+/// finished the row while the provider's `pending` (or a timeout) was on its way, and then
+/// the answer is the final one it stored, 201 like every retry's.
+async fn release<O: Operation>(
+    state: &AppState,
+    row: O::Row,
+    token: String,
+    provider_ref: Option<String>,
+) -> Result<Answer, ApiError> {
+    let mut row = row;
+    let answer = state
+        .db
+        .run(move |conn| {
+            let ours = row.release(conn, &token, provider_ref.as_deref(), now())?;
+            let body = O::render_unfinished(conn, &row)?;
+            // Not ours: someone else had the row meanwhile, and may have finished it.
+            let finished = if ours {
+                None
+            } else {
+                row.reload(conn)?.and_then(|now| now.stored_answer())
+            };
+            Ok(finished.unwrap_or_else(|| Answer::new(202, body)))
+        })
+        .await?;
+    Ok(answer)
+}
