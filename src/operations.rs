@@ -1,6 +1,6 @@
 //! The one mechanism every money operation runs on: payments, refunds, captures and
 //! cancels each implement [`Operation`] (their row, their guard, their provider call, their
-//! final state) and get the §3 rules from the functions below.
+//! final state) and get the idempotency rules from the functions below.
 //!
 //! ```text
 //! execute ─▶ known final answer here? ─▶ replay / 422
@@ -205,7 +205,7 @@ pub async fn claim_alone<O: Operation + ?Sized>(
         .await
 }
 
-/// Runs one request of operation `O` under the §3 rules. `claim` is the row to insert,
+/// Runs one request of operation `O` under the idempotency rules. `claim` is the row to insert,
 /// built with a [`Lease`]; `request` names the API request (for its events).
 ///
 /// The row goes on the heap here, once: a future keeps its arguments for as long as it
