@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Primary failover under payment load (CONTRACT.md §8), as CI runs it:
+# Primary failover under payment load (docs/operations.md), as CI runs it:
 #
 #   scripts/failover.sh
 #

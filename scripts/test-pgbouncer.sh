@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The concurrency and idempotency tests through Debian's pgbouncer (1.18) in transaction
 # pooling mode, in front of the PostgreSQL at 127.0.0.1:5432, with
-# DATABASE_PREPARED_STATEMENTS=off (CONTRACT.md §8).
+# DATABASE_PREPARED_STATEMENTS=off (docs/operations.md).
 #
 #   scripts/test-pgbouncer.sh                 # the default selection below
 #   scripts/test-pgbouncer.sh refunds::       # other `cargo test --test api` arguments

@@ -12,7 +12,7 @@ pub use crate::db::merchants::Merchant;
 
 /// How long a key that authenticated is trusted without asking the database again.
 ///
-/// A revoked key must answer 401 on every instance within 5 s (CONTRACT §11). Instances
+/// A revoked key must answer 401 on every instance within 5 s (docs/settings.md). Instances
 /// share nothing but the database, and SQLite has no way to push a change to them, so each
 /// instance re-reads a key from the database at most this long after its last read: one
 /// indexed lookup per key per 2 s per instance, while every other request of a busy key

@@ -76,7 +76,7 @@ pub struct Problem<'a> {
 
 impl ApiError {
     /// A list's `starting_after` that names none of the caller's `what`s (another
-    /// merchant's object is a 404, CONTRACT §2).
+    /// merchant's object is a 404, docs/api.md).
     pub fn unknown_cursor(what: &str) -> Self {
         Self::NotFound(format!("`starting_after` names no {what} of yours"))
     }

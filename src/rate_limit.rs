@@ -1,4 +1,4 @@
-//! Per-merchant request quotas (`RATE_LIMIT_PER_SECOND`, CONTRACT §11).
+//! Per-merchant request quotas (`RATE_LIMIT_PER_SECOND`, docs/settings.md).
 //!
 //! Checked by the [`Authenticated`](crate::routes::authenticate::Authenticated) extractor right after the
 //! key is known, so every merchant route is limited and nothing else is: health, metrics,

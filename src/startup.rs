@@ -46,7 +46,7 @@ pub struct Application {
 }
 
 /// The docs page's file server answers an unknown file under `/docs/` with a bare 404; it
-/// gets the problem body every other error has (CONTRACT §2).
+/// gets the problem body every other error has (docs/api.md).
 fn bare_not_found_as_problem(res: ServiceResponse) -> ServiceResponse {
     use actix_web::ResponseError;
     let bare = res.status() == actix_web::http::StatusCode::NOT_FOUND

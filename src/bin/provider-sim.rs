@@ -37,7 +37,7 @@ fn millis(name: &'static str) -> Result<u64, String> {
     }
 }
 
-/// The simulated payment provider over HTTP (CONTRACT §7): charges, captures, cancels and
+/// The simulated payment provider over HTTP (docs/provider.md): charges, captures, cancels and
 /// refunds, once per idempotency key, with a ledger at GET /v1/charges and GET /v1/refunds.
 ///
 /// Settings, from the environment: PROVIDER_SIM_BIND (default 127.0.0.1:9090), WEBHOOK_URL

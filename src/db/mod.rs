@@ -676,7 +676,7 @@ pub struct Db {
 }
 
 /// How long a caller waits for a PostgreSQL server (a pooled connection, then its
-/// statements) before answering 503 (CONTRACT §2: within 5 s, never a hang). The network
+/// statements) before answering 503 (docs/api.md: within 5 s, never a hang). The network
 /// settings of [`PG_NETWORK_DEFAULTS`] end a connection whose packets go unanswered, but not
 /// one to a server (or a pooler) that accepts them and never answers; that connection's
 /// thread waits on, the request does not. What it was writing may still commit: the caller

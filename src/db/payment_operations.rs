@@ -89,7 +89,7 @@ pub fn insert(conn: &mut DbConnection, row: &OperationRow) -> QueryResult<()> {
         .map(|_| ())
 }
 
-/// Which authorizations a hold may take, by when they were given (§10's expiry).
+/// Which authorizations a hold may take, by when they were given (the expiry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Age {
     /// Any: no authorization can have expired yet.

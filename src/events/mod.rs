@@ -1,4 +1,4 @@
-//! Events (CONTRACT §9): every change of a payment or refund that matters to a merchant,
+//! Events (docs/events.md): every change of a payment or refund that matters to a merchant,
 //! recorded in the transaction of the change, readable from a feed that never skips and
 //! delivered to the merchant's webhook endpoints.
 //!
@@ -30,7 +30,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 /// Every kind of event. `payment.requires_capture` and `payment.canceled` come from
-/// manual capture (CONTRACT §10) through the same [`record`].
+/// manual capture through the same [`record`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 pub enum EventType {
     #[serde(rename = "payment.succeeded")]
@@ -386,7 +386,7 @@ const PRUNE_BATCH: i64 = 1000;
 
 /// Deletes events (with their deliveries) older than `retention`, [`PRUNE_BATCH`] rows per
 /// statement. Returns how many went. Idempotency keys are never pruned, the webhook
-/// endpoints' no more than the payments': a retry a year later still replays (§3).
+/// endpoints' no more than the payments': a retry a year later still replays.
 pub async fn prune_expired(
     db: &Db,
     now: Timestamp,

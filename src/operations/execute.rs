@@ -1,4 +1,4 @@
-//! The steps of one request under the §3 rules (see the diagram in the room's `mod.rs`).
+//! The steps of one request under the idempotency rules (see the diagram in the room's `mod.rs`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -16,7 +16,7 @@ use crate::idempotency::{
 use crate::metrics::{self, IdempotencyOutcome};
 use crate::state::AppState;
 
-/// Runs one request of operation `O` under the §3 rules. `claim` is the row to insert,
+/// Runs one request of operation `O` under the idempotency rules. `claim` is the row to insert,
 /// built with a [`super::Lease`]; `request` names the API request (for its events).
 ///
 /// The row goes on the heap here, once: a future keeps its arguments for as long as it

@@ -2,7 +2,7 @@
 //! runs on it: payments, refunds, captures and cancels (which call the provider), and the
 //! webhook-endpoint requests (which only write the database, or send one test delivery).
 //! Each kind implements [`Operation`] (its row, its guard, its call, its final state) and
-//! gets the §3 rules from [`execute`]; abandoned work is finished by [`Recovery`].
+//! gets the idempotency rules (docs/idempotency.md) from [`execute`]; abandoned work is finished by [`Recovery`].
 //!
 //! ```text
 //! execute ─▶ known final answer here? ─▶ replay / 422

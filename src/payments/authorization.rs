@@ -1,4 +1,4 @@
-//! Authorize now, capture later (§10): captures and cancels of a `requires_capture`
+//! Authorize now, capture later: captures and cancels of a `requires_capture`
 //! payment, and the expiry of authorizations nobody took in time.
 //!
 //! ```text
@@ -457,7 +457,7 @@ pub async fn operate(
     claim_and_run(state, merchant, &payment_id, &key, &requested, request_id).await
 }
 
-/// The capture or cancel of a payment known to exist, under the §3 rules: what
+/// The capture or cancel of a payment known to exist, under the idempotency rules: what
 /// [`operate`] runs after its read of the payment (public so that tests can run it as a
 /// request whose read came before the authorization expired).
 pub async fn claim_and_run(

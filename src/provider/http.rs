@@ -1,7 +1,7 @@
 //! The provider over HTTP (`PROVIDER_URL`): every attempt has its own timeout, and
 //! connection errors, timeouts and 5xx are retried with exponential backoff and full
 //! jitter — always with the same idempotency key, so retrying can never charge twice.
-//! A 4xx, any 4xx (408 and 429 too, CONTRACT §7), is the provider's final refusal of the
+//! A 4xx, any 4xx (408 and 429 too, docs/provider.md), is the provider's final refusal of the
 //! operation: nothing moved.
 
 use std::time::Duration;

@@ -196,7 +196,7 @@ mod tests {
         }
     }
 
-    /// The protocol's spelling (CONTRACT §7), both ways, for every status.
+    /// The protocol's spelling (docs/provider.md), both ways, for every status.
     #[test]
     fn statuses_are_written_as_the_protocol_spells_them() {
         for status in [
@@ -230,7 +230,7 @@ pub enum ProviderError {
     #[error(transparent)]
     Unknown(#[from] OutcomeUnknown),
     /// A 4xx (e.g. 409 for a charge that is no longer capturable, 400 for a request the
-    /// provider will not take): a final refusal of the operation, nothing moved (CONTRACT §7).
+    /// provider will not take): a final refusal of the operation, nothing moved (docs/provider.md).
     #[error("provider refused: {0}")]
     Refused(String),
 }

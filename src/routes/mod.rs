@@ -179,7 +179,7 @@ pub const ROUTES: &[Route] = &[
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     // One resource per path, holding every method of that path (a GET route answers HEAD
-    // too); another method is no route of ours: 404 `not_found`, as CONTRACT §2 says.
+    // too); another method is no route of ours: 404 `not_found`, as docs/api.md says.
     let mut paths: Vec<&'static str> = Vec::new();
     for route in ROUTES {
         if !paths.contains(&route.path) {

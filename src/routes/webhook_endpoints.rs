@@ -42,7 +42,7 @@ impl utoipa::IntoParams for OptionalIdempotencyKeyHeader {
     }
 }
 
-/// `Idempotency-Key` is optional on these POSTs; when given, §3's rules apply.
+/// `Idempotency-Key` is optional on these POSTs; when given, the idempotency rules apply.
 fn optional_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError> {
     if req.headers().contains_key("idempotency-key") {
         idempotency_key(req).map(Some)

@@ -1,7 +1,7 @@
-//! Merchants' webhook endpoints (CONTRACT §9): create, read, update, delete, rotate the
+//! Merchants' webhook endpoints (docs/api.md): create, read, update, delete, rotate the
 //! secret, list deliveries, replay, send a test event.
 //!
-//! Every POST takes an optional `Idempotency-Key` with the §3 rules. An operation that only
+//! Every POST takes an optional `Idempotency-Key` with the usual rules. An operation that only
 //! writes the database claims the key, does its work and stores its answer in ONE
 //! transaction, so a key is never left half-used: a concurrent duplicate waits on the
 //! key's row (PostgreSQL) or the write lock (SQLite) and then replays the answer. `test`

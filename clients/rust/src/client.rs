@@ -569,7 +569,7 @@ impl<T: DeserializeOwned + Send + 'static> IntoFuture for Mutation<T> {
     }
 }
 
-/// 1–255 characters of visible ASCII (CONTRACT §3). Leading or trailing spaces are refused
+/// 1–255 characters of visible ASCII (docs/api.md). Leading or trailing spaces are refused
 /// too: HTTP drops them, so the server would see another key than the caller's.
 fn check_idempotency_key(key: String) -> Result<String, Error> {
     let visible = key.bytes().all(|b| (0x20..=0x7e).contains(&b));

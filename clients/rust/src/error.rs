@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-/// The stable, machine-readable `code` of a problem (CONTRACT §2). Codes this version does
+/// The stable, machine-readable `code` of a problem (docs/api.md). Codes this version does
 /// not know arrive as [`ErrorCode::Other`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -1,4 +1,4 @@
-//! Events (CONTRACT §9): what happened to payments and refunds, from the feed, the list, or
+//! Events: what happened to payments and refunds, from the feed, the list, or
 //! a webhook delivery ([`crate::WebhookVerifier`]).
 
 use std::fmt;

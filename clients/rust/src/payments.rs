@@ -1,4 +1,4 @@
-//! Payments (CONTRACT §4) and their capture or cancel (§10).
+//! Payments and their capture or cancel.
 
 use std::collections::BTreeMap;
 
@@ -46,7 +46,7 @@ impl PaymentStatus {
     }
 }
 
-/// `automatic` charges at once; `manual` authorizes now and captures later (§10).
+/// `automatic` charges at once; `manual` authorizes now and captures later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -58,7 +58,7 @@ pub enum CaptureMethod {
     Unknown,
 }
 
-/// Why a payment was canceled; `expired` is set by the service itself (§10).
+/// Why a payment was canceled; `expired` is set by the service itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -83,13 +83,13 @@ pub struct Payment {
     /// ISO 4217, lower case.
     pub currency: String,
     pub status: PaymentStatus,
-    /// Absent from servers before §10: then `automatic`.
+    /// Absent from servers before manual capture: then `automatic`.
     #[serde(default)]
     pub capture_method: CaptureMethod,
-    /// What an authorization holds while `requires_capture` (servers before §10: 0).
+    /// What an authorization holds while `requires_capture` (servers before manual capture: 0).
     #[serde(default)]
     pub amount_capturable: i64,
-    /// What was charged (servers before §10 do not send it: 0).
+    /// What was charged (servers before manual capture do not send it: 0).
     #[serde(default)]
     pub amount_captured: i64,
     /// The sum of succeeded refunds.
@@ -115,7 +115,7 @@ pub struct CreatePayment {
     pub amount: i64,
     /// ISO 4217, any case.
     pub currency: String,
-    /// A test token such as `pm_card_visa` (CONTRACT §7).
+    /// A test token such as `pm_card_visa` (a test payment method of the simulator).
     pub payment_method: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub customer_id: Option<String>,
@@ -160,7 +160,7 @@ impl CreatePayment {
         self
     }
 
-    /// `manual`: authorize now, capture later (§10).
+    /// `manual`: authorize now, capture later.
     pub fn capture_method(mut self, method: CaptureMethod) -> Self {
         self.capture_method = Some(method);
         self
@@ -193,7 +193,7 @@ impl ListParams for ListPayments {
     }
 }
 
-/// `POST /v1/payments/{id}/capture` (§10): `amount` defaults to all of
+/// `POST /v1/payments/{id}/capture`: `amount` defaults to all of
 /// `amount_capturable`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct CapturePayment {
@@ -201,7 +201,7 @@ pub struct CapturePayment {
     pub amount: Option<i64>,
 }
 
-/// `POST /v1/payments/{id}/cancel` (§10).
+/// `POST /v1/payments/{id}/cancel`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct CancelPayment {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -277,7 +277,7 @@ impl Client {
         self.list_all(&["payments"], &params)
     }
 
-    /// Captures an authorized (`requires_capture`) payment (§10): 200 with the payment
+    /// Captures an authorized (`requires_capture`) payment: 200 with the payment
     /// `succeeded`; 409 `payment_not_capturable`, 422 `amount_exceeds_capturable`.
     ///
     /// ```no_run
@@ -291,7 +291,7 @@ impl Client {
         self.mutation(self.url(&["payments", id, "capture"]), params)
     }
 
-    /// Cancels an authorized (`requires_capture`) payment (§10): 200 with the payment
+    /// Cancels an authorized (`requires_capture`) payment: 200 with the payment
     /// `canceled`; 409 `payment_not_cancelable`.
     ///
     /// ```no_run

@@ -1,4 +1,4 @@
-//! Refunds (CONTRACT §5).
+//! Refunds.
 
 use chrono::{DateTime, Utc};
 use futures_util::stream::BoxStream;

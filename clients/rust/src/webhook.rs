@@ -1,4 +1,4 @@
-//! Verifying the webhooks the service sends to merchants (CONTRACT §9), per Standard
+//! Verifying the webhooks the service sends to merchants, per Standard
 //! Webhooks v1: `webhook-signature` holds space-separated `v1,<base64 HMAC-SHA256>`
 //! entries over `{webhook-id}.{webhook-timestamp}.{raw body}`, keyed with the
 //! base64-decoded part of a `whsec_…` secret.

@@ -1,4 +1,4 @@
-//! Webhook endpoints and their deliveries (CONTRACT §9).
+//! Webhook endpoints and their deliveries.
 
 use chrono::{DateTime, Utc};
 use futures_util::stream::BoxStream;

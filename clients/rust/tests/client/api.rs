@@ -1,8 +1,8 @@
 //! The typed API against the real service (in-process provider): every operation this
 //! server serves, with its answers and its problems as types.
 //!
-//! The event feed and list and webhook endpoints (§9) are typed from the contract but not
-//! served by the service on this branch yet, so they are not tested here.
+//! The event feed and list and webhook endpoints are served too, but their typed calls are
+//! not tested here yet.
 
 use std::time::Duration;
 

@@ -20,7 +20,7 @@ async fn a_delivery_signed_by_the_service_verifies_into_a_typed_event() {
         .await
         .expect("paid");
 
-    // An event as §9 delivers it, carrying the payment as the server renders it.
+    // The event a delivery carries, with the payment as the server renders it.
     let body = serde_json::json!({
         "id": "evt_1", "object": "event", "type": "payment.succeeded",
         "created_at": "2026-11-22T06:00:00Z",
