@@ -47,25 +47,31 @@
 //! The client is async on tokio (any runtime flavour) and `Send + Sync`. Plain HTTP by
 //! default; the `rustls` feature adds TLS for `https://` base URLs.
 
+mod builder;
 mod client;
 mod error;
 mod events;
 mod list;
+mod mutation;
 mod payments;
 mod refunds;
+mod request;
 mod retry;
 mod webhook;
 mod webhook_endpoints;
 
-pub use client::{Awaitable, Client, ClientBuilder, Mutation, Response};
+pub use builder::ClientBuilder;
+pub use client::Client;
 pub use error::{Error, ErrorCode, ErrorKind, Problem};
 pub use events::{Event, EventData, EventObject, EventRequest, EventType, ListEvents};
 pub use list::{HasId, Page};
+pub use mutation::{Awaitable, Mutation};
 pub use payments::{
     CancelPayment, CancellationReason, CaptureMethod, CapturePayment, CreatePayment, ListPayments,
     Payment, PaymentStatus,
 };
 pub use refunds::{CreateRefund, ListRefunds, Refund, RefundReason, RefundStatus};
+pub use request::Response;
 pub use retry::RetryPolicy;
 pub use webhook::{DEFAULT_TOLERANCE, WebhookError, WebhookHeaders, WebhookVerifier};
 pub use webhook_endpoints::{
