@@ -107,7 +107,9 @@ mod tests {
 
     #[test]
     fn debug_never_shows_the_api_key() {
-        let client = Client::new("http://x", "sk_secret_value").expect("client");
+        let builder = Client::builder("http://x", "sk_secret_value");
+        assert!(!format!("{builder:?}").contains("sk_secret_value"));
+        let client = builder.build().expect("client");
         assert!(!format!("{client:?}").contains("sk_secret_value"));
     }
 }

@@ -44,8 +44,22 @@
 //! page at a time (`list_*`) or as a [`Stream`] over every page
 //! (`stream_*`).
 //!
-//! The client is async on tokio (any runtime flavour) and `Send + Sync`. Plain HTTP by
-//! default; the `rustls` feature adds TLS for `https://` base URLs.
+//! The client is async on tokio (any runtime flavour) and `Send + Sync`.
+//!
+//! **https** works out of the box: `https://` base URLs go over TLS (rustls on the ring
+//! crypto provider: no OpenSSL, no C toolchain), verified against Mozilla's roots compiled
+//! into the crate (webpki-roots), not the machine's certificate store. A service behind a
+//! private CA needs that CA's certificate, as PEM bytes ([`ClientBuilder::add_ca_pem`]) or a
+//! file ([`ClientBuilder::add_ca_file`]):
+//!
+//! ```no_run
+//! let client = payments_client::Client::builder("https://payments.internal", "sk_live_…")
+//!     .add_ca_file("/etc/payments/ca.pem")
+//!     .build()?;
+//! # Ok::<(), payments_client::Error>(())
+//! ```
+//!
+//! `http://` stays available for local runs.
 
 mod builder;
 mod client;
@@ -57,6 +71,7 @@ mod payments;
 mod refunds;
 mod request;
 mod retry;
+mod tls;
 mod webhook;
 mod webhook_endpoints;
 
