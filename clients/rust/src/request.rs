@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Problem};
 use crate::retry::parse_retry_after;
+use crate::tls;
 
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
 const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
@@ -148,7 +149,17 @@ impl Client {
                     }
                     (error, retry_after)
                 }
-                Err(e) => (Error::transport(e), None),
+                Err(e) => match tls::refused_certificate(&e) {
+                    Some(reason) => {
+                        let reason = reason.to_string();
+                        let error = Error::new(ErrorKind::Tls {
+                            reason,
+                            source: Box::new(e),
+                        });
+                        return Err(error.with_call(call.idempotency_key.as_deref(), *attempts));
+                    }
+                    None => (Error::transport(e), None),
+                },
             };
             let error = error.with_call(call.idempotency_key.as_deref(), *attempts);
             retries += 1;

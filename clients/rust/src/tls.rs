@@ -50,6 +50,26 @@ impl ExtraRoots {
     }
 }
 
+/// The rustls error inside `error` when the server's certificate was refused. It sits
+/// inside (possibly nested) `io::Error`s, whose `source()` skips the error they wrap, so
+/// those are opened with `get_ref()`.
+pub(crate) fn refused_certificate<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a rustls::Error> {
+    if let Some(tls @ rustls::Error::InvalidCertificate(_)) = error.downcast_ref::<rustls::Error>()
+    {
+        return Some(tls);
+    }
+    let wrapped = error
+        .downcast_ref::<std::io::Error>()
+        .and_then(|io| io.get_ref())
+        .map(|inner| inner as &(dyn std::error::Error + 'static));
+    wrapped
+        .into_iter()
+        .chain(error.source())
+        .find_map(refused_certificate)
+}
+
 /// The TLS configuration of every https connection of one client.
 pub(crate) fn client_config(extra_roots: &[ExtraRoots]) -> Result<rustls::ClientConfig, Error> {
     let mut roots = rustls::RootCertStore {
@@ -158,25 +178,6 @@ mod tests {
         format!("https://127.0.0.1:{port}")
     }
 
-    /// Whether `error` failed because the server's certificate was not trusted. The rustls
-    /// error sits inside (possibly nested) `io::Error`s, whose `source()` skips the error
-    /// they wrap, so those are opened with `get_ref()`.
-    fn is_untrusted_certificate(error: &(dyn std::error::Error + 'static)) -> bool {
-        if let Some(rustls::Error::InvalidCertificate(reason)) =
-            error.downcast_ref::<rustls::Error>()
-        {
-            return *reason == rustls::CertificateError::UnknownIssuer;
-        }
-        let wrapped = error
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-            .map(|inner| inner as &(dyn std::error::Error + 'static));
-        wrapped
-            .into_iter()
-            .chain(error.source())
-            .any(is_untrusted_certificate)
-    }
-
     #[tokio::test]
     async fn https_works_with_a_private_ca_and_fails_without_it() {
         let (ca_pem, server_config) = test_certificates();
@@ -204,14 +205,22 @@ mod tests {
         let payment = from_file.unwrap().get_payment("pay_x").await.unwrap();
         assert_eq!(payment.id, "pay_x");
 
-        // Mozilla's roots alone do not vouch for the test CA.
-        let unaware = Client::builder(base_url, "sk_test_tls")
-            .retry_policy(RetryPolicy::never())
-            .build()
-            .unwrap();
+        // Mozilla's roots alone do not vouch for the test CA, and the default retry policy
+        // does not try again: the next handshake would be refused the same way.
+        let unaware = Client::new(base_url, "sk_test_tls").unwrap();
         let error = unaware.get_payment("pay_x").await.unwrap_err();
-        assert!(matches!(error.kind(), ErrorKind::Transport(_)), "{error:?}");
-        assert!(is_untrusted_certificate(&error), "{error:?}");
+        assert!(
+            matches!(error.kind(), ErrorKind::Tls { reason, .. } if reason.contains("UnknownIssuer")),
+            "{error:?}"
+        );
+        assert_eq!(
+            super::refused_certificate(&error),
+            Some(&rustls::Error::InvalidCertificate(
+                rustls::CertificateError::UnknownIssuer
+            ))
+        );
+        assert_eq!(error.attempts(), 1);
+        assert!(!error.is_outcome_unknown());
     }
 
     #[test]
