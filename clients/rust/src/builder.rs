@@ -110,6 +110,9 @@ impl ClientBuilder {
             .map_err(|_| Error::invalid("the API key holds characters a header cannot carry"))?;
         authorization.set_sensitive(true);
         let http = reqwest::Client::builder()
+            // Our own rustls configuration, so reqwest never looks for a process-wide crypto
+            // provider. It only recognises a `rustls::ClientConfig` of its own rustls version:
+            // should the two drift apart, `build()` fails (and so does the https test).
             .tls_backend_preconfigured(tls::client_config(&self.extra_roots)?)
             .connect_timeout(self.connect_timeout)
             // A redirected POST would become a GET; the API never redirects.
