@@ -4,6 +4,9 @@
 //! cargo run --release                                    # the service; note the demo key it logs
 //! cargo run -p payments-client --example quickstart -- http://127.0.0.1:8080 sk_test_…
 //! ```
+//!
+//! An `https://` URL works as it is when a public CA signed the service's certificate; for a
+//! private CA, give its PEM file as a third argument.
 
 use std::time::Duration;
 
@@ -13,10 +16,14 @@ use payments_client::{Client, CreatePayment, CreateRefund, ErrorCode, ListPaymen
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(url), Some(api_key)) = (args.next(), args.next()) else {
-        eprintln!("usage: quickstart BASE_URL API_KEY");
+        eprintln!("usage: quickstart BASE_URL API_KEY [CA_PEM_FILE]");
         std::process::exit(2);
     };
-    let client = Client::new(url, api_key)?;
+    let mut builder = Client::builder(url, api_key);
+    if let Some(ca_file) = args.next() {
+        builder = builder.add_ca_file(ca_file);
+    }
+    let client = builder.build()?;
     let order = format!("order-{}", uuid::Uuid::new_v4().simple());
 
     // A payment, waited out if the provider is slow; the key is the order id.

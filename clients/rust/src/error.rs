@@ -207,6 +207,17 @@ pub enum ErrorKind {
     /// the outcome is unknown: retry later with [`Error::idempotency_key`] to learn it.
     #[error("no answer from the API: {0}")]
     Transport(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The server's TLS certificate was refused (no trusted CA signed it, it expired, or it
+    /// names another host). Not retried: the handshake fails before a byte of the request
+    /// is sent, and would fail the same way again. A private CA is added with
+    /// [`crate::ClientBuilder::add_ca_pem`] or [`crate::ClientBuilder::add_ca_file`].
+    #[error("the server's TLS certificate was refused ({reason}); nothing was sent")]
+    Tls {
+        /// What rustls said, e.g. `invalid peer certificate: UnknownIssuer`.
+        reason: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A success status whose body is not what the contract says.
     #[error("the API answered {status} with a body that does not parse: {source}")]
     Decode {
@@ -311,6 +322,9 @@ impl Error {
         self.0.idempotency_key.is_some()
             && match &self.0.kind {
                 ErrorKind::Transport(_) | ErrorKind::StillPending { .. } => true,
+                // The refused attempt sent nothing, but an earlier one (a timeout, say)
+                // may have reached the server.
+                ErrorKind::Tls { .. } => self.0.attempts > 1,
                 ErrorKind::Api(problem) => problem.is_retryable(),
                 _ => false,
             }

@@ -44,28 +44,49 @@
 //! page at a time (`list_*`) or as a [`Stream`] over every page
 //! (`stream_*`).
 //!
-//! The client is async on tokio (any runtime flavour) and `Send + Sync`. Plain HTTP by
-//! default; the `rustls` feature adds TLS for `https://` base URLs.
+//! The client is async on tokio (any runtime flavour) and `Send + Sync`.
+//!
+//! **https** works out of the box: `https://` base URLs go over TLS (rustls on the ring
+//! crypto provider: no OpenSSL, no C toolchain), verified against Mozilla's roots compiled
+//! into the crate (webpki-roots), not the machine's certificate store. A service behind a
+//! private CA needs that CA's certificate, as PEM bytes ([`ClientBuilder::add_ca_pem`]) or a
+//! file ([`ClientBuilder::add_ca_file`]):
+//!
+//! ```no_run
+//! let client = payments_client::Client::builder("https://payments.internal", "sk_live_…")
+//!     .add_ca_file("/etc/payments/ca.pem")
+//!     .build()?;
+//! # Ok::<(), payments_client::Error>(())
+//! ```
+//!
+//! `http://` stays available for local runs.
 
+mod builder;
 mod client;
 mod error;
 mod events;
 mod list;
+mod mutation;
 mod payments;
 mod refunds;
+mod request;
 mod retry;
+mod tls;
 mod webhook;
 mod webhook_endpoints;
 
-pub use client::{Awaitable, Client, ClientBuilder, Mutation, Response};
+pub use builder::ClientBuilder;
+pub use client::Client;
 pub use error::{Error, ErrorCode, ErrorKind, Problem};
 pub use events::{Event, EventData, EventObject, EventRequest, EventType, ListEvents};
 pub use list::{HasId, Page};
+pub use mutation::{Awaitable, Mutation};
 pub use payments::{
     CancelPayment, CancellationReason, CaptureMethod, CapturePayment, CreatePayment, ListPayments,
     Payment, PaymentStatus,
 };
 pub use refunds::{CreateRefund, ListRefunds, Refund, RefundReason, RefundStatus};
+pub use request::Response;
 pub use retry::RetryPolicy;
 pub use webhook::{DEFAULT_TOLERANCE, WebhookError, WebhookHeaders, WebhookVerifier};
 pub use webhook_endpoints::{

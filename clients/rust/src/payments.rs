@@ -6,9 +6,10 @@ use chrono::{DateTime, Utc};
 use futures_util::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
-use crate::client::{Client, Mutation};
+use crate::client::Client;
 use crate::error::Error;
 use crate::list::{ListParams, Page};
+use crate::mutation::Mutation;
 
 /// Where a payment stands. Only `processing` can still change by itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -5,10 +5,11 @@ use futures_util::stream::BoxStream;
 use reqwest::Method;
 use serde::{Deserialize, Serialize};
 
-use crate::client::{Client, Mutation};
+use crate::client::Client;
 use crate::error::Error;
 use crate::events::EventType;
 use crate::list::{ListParams, Page};
+use crate::mutation::Mutation;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
