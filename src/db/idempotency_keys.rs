@@ -1,6 +1,7 @@
-//! `Idempotency-Key` records of the POSTs that move no money (`/v1/webhook_endpoints…`):
-//! the unique (merchant, scope, key) decides which request runs; the stored answer is what
-//! every retry replays.
+//! `Idempotency-Key` records of the requests that move no money (`/v1/webhook_endpoints…`),
+//! the rows of the idempotent-operation mechanism's database-only mode: the unique
+//! (merchant, scope, key) decides which request runs; the stored answer is what every retry
+//! replays.
 
 use diesel::prelude::*;
 
@@ -95,14 +96,19 @@ pub fn take_over(
     .map(|n| n == 1)
 }
 
-/// Forgets a claim whose request ended in an answer that is not remembered (a 404).
-pub fn release(conn: &mut DbConnection, row: &KeyRow, token: &str) -> QueryResult<()> {
-    diesel::delete(
+/// Gives up the lease `token` holds on a record without an answer, so that a retry can
+/// take it over at once. Returns whether the lease was still `token`'s.
+pub fn give_up(conn: &mut DbConnection, row: &KeyRow, token: &str) -> QueryResult<bool> {
+    diesel::update(
         idempotency_keys::table
             .find((&row.merchant_id, &row.scope, &row.idempotency_key))
             .filter(idempotency_keys::response_body.is_null())
             .filter(idempotency_keys::lease_token.eq(token)),
     )
+    .set((
+        idempotency_keys::lease_token.eq(None::<String>),
+        idempotency_keys::lease_expires_at.eq(None::<Timestamp>),
+    ))
     .execute(conn)
-    .map(|_| ())
+    .map(|n| n == 1)
 }

@@ -34,7 +34,10 @@ pub trait Leased: Sized {
         provider_ref: Option<&str>,
         now: Timestamp,
     ) -> diesel::QueryResult<bool>;
+}
 
+/// A [`Leased`] row that the recovery worker finishes when its request is gone.
+pub trait Recoverable: Leased {
     /// Unfinished rows nobody owns, untouched since `untouched_since`: their request died,
     /// or answered 202 and was never retried. Oldest first.
     fn find_abandoned(
@@ -189,7 +192,9 @@ macro_rules! lease_protocol {
                 self.updated_at = now;
                 release(conn, &self.id, token, self.$provider_id.as_deref(), now)
             }
+        }
 
+        impl $crate::db::Recoverable for $row {
             fn find_abandoned(
                 conn: &mut $crate::db::DbConnection,
                 now: $crate::domain::Timestamp,

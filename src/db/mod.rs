@@ -15,7 +15,7 @@ pub mod schema;
 pub mod webhook_endpoints;
 pub mod webhook_events;
 
-pub use lease::Leased;
+pub use lease::{Leased, Recoverable};
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -12,11 +12,13 @@ mod answer;
 mod final_answers;
 mod follow;
 mod in_flight;
+pub mod record;
 
 pub use answer::{Answer, REPLAYED_HEADER, scope_key};
 pub use final_answers::FinalAnswers;
-pub(crate) use follow::idempotent_record;
-pub use follow::{Followed, IdempotentRecord, follow, observe, store_when_possible};
+pub use follow::{Followed, follow, observe, store_when_possible};
 pub use in_flight::{
     InFlight, InFlightGuard, Joined, RETRY_AFTER_SECS, Turn, lead_or_join, wait_for_outcome,
 };
+pub use record::IdempotentRecord;
+pub(crate) use record::idempotent_record;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures_util::future::Either;
 
-use super::{Called, Claimed, Operation, RequestRef};
+use super::operation::{Called, Claimed, Operation, RequestRef};
 use crate::db::{DbError, Leased};
 use crate::domain::now;
 use crate::error::ApiError;
@@ -17,7 +17,7 @@ use crate::metrics::{self, IdempotencyOutcome};
 use crate::state::AppState;
 
 /// Runs one request of operation `O` under the idempotency rules. `claim` is the row to insert,
-/// built with a [`super::Lease`]; `request` names the API request (for its events).
+/// built with a [`super::operation::Lease`]; `request` names the API request (for its events).
 ///
 /// The row goes on the heap here, once: a future keeps its arguments for as long as it
 /// runs, and a request's future runs until the provider answers, so a row passed by value

@@ -13,8 +13,8 @@ use std::time::Duration;
 use futures_util::future::{LocalBoxFuture, join_all};
 
 use super::execute::resume_owned;
-use super::{Operation, lease_duration};
-use crate::db::Leased;
+use super::operation::{Operation, lease_duration};
+use crate::db::{Leased, Recoverable};
 use crate::domain::{new_lease_token, now};
 use crate::error::ApiError;
 use crate::idempotency::IdempotentRecord;
@@ -32,7 +32,10 @@ pub struct Recovery {
 
 impl Recovery {
     /// Resumes the abandoned rows of operation `O`, counted as `action`.
-    pub fn resume<O: Operation>(self, action: metrics::RecoveryAction) -> Self {
+    pub fn resume<O>(self, action: metrics::RecoveryAction) -> Self
+    where
+        O: Operation<Row: Recoverable>,
+    {
         self.then(move |state| async move { recover::<O>(&state, action).await })
     }
 
@@ -80,7 +83,10 @@ const RECOVERY_BATCH: i64 = 20;
 /// For the recovery worker: takes over abandoned rows of `O` (their request died, or
 /// answered 202 and was never retried) and drives each to an outcome, with the same
 /// provider key as before, so nothing moves twice. Returns how many it resumed.
-pub async fn recover<O: Operation>(state: &AppState, action: metrics::RecoveryAction) -> usize {
+pub async fn recover<O>(state: &AppState, action: metrics::RecoveryAction) -> usize
+where
+    O: Operation<Row: Recoverable>,
+{
     let action_name = action.as_str();
     let current = now();
     let idle_since = current - lease_duration(state);

@@ -54,7 +54,7 @@ pub struct PaymentObject<'a> {
     currency: &'a str,
     #[schema(value_type = PaymentStatus)]
     status: &'a str,
-    #[schema(value_type = crate::payments::CaptureMethod)]
+    #[schema(value_type = crate::payments::request::CaptureMethod)]
     capture_method: &'a str,
     /// What the authorization holds while `requires_capture`, else 0.
     amount_capturable: i64,

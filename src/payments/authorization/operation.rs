@@ -1,145 +1,25 @@
-//! Authorize now, capture later: captures and cancels of a `requires_capture`
-//! payment, and the expiry of authorizations nobody took in time.
-//!
-//! ```text
-//! POST …/capture or …/cancel ─▶ 404 unless the merchant's payment exists (nothing stored)
-//!   claim, ONE transaction: INSERT payment_operations (unique merchant+kind+key)
-//!                           UPDATE payments SET operation_id = op
-//!                             WHERE status='requires_capture' AND operation_id IS NULL
-//!                               AND amount_capturable >= amount          ← one winner
-//!     │ held ─▶ provider capture/cancel (Idempotency-Key = op id) ─▶ finish, ONE transaction:
-//!     │          payment succeeded/canceled, the op's 200 answer (the payment) stored
-//!     │          (a provider refusal lets the authorization go: 409 stored)
-//!     └ not held ─▶ 409 payment_not_capturable / _cancelable, 422 amount_exceeds_capturable,
-//!                   stored as the key's final answer
-//! ```
+//! A capture or a cancel as an operation of the one mechanism: the claim that holds the
+//! authorization, the provider call, and the finish that moves the payment.
 
-use serde::Serialize;
-
-use super::view;
-use crate::auth::Merchant;
-use crate::body::JsonObject;
+use super::request::{CancellationReason, Requested, fingerprint};
 use crate::config::Settings;
 use crate::db::DbConnection;
 use crate::db::payment_operations::{
     self as rows, Age, CANCEL, CAPTURE, FAILED, OperationRow, PENDING, SUCCEEDED,
 };
 use crate::db::payments as payment_rows;
-use crate::domain::{Amount, IdempotencyKey, OperationId, PaymentId, Timestamp, now, sha256_hex};
+use crate::domain::{OperationId, Timestamp, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
-use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
+use crate::operations::{Called, Claimed, Lease, Operation, RequestRef};
+use crate::payments::view;
 use crate::provider::{
     CaptureRequest, ChargeUpdate, OutcomeUnknown, ProviderError, ProviderStatus,
 };
 use crate::state::AppState;
 
 idempotent_record!(OperationRow);
-
-/// `POST /v1/payments/{id}/capture` body.
-#[derive(Debug, Clone, PartialEq, Eq, utoipa::ToSchema)]
-#[schema(as = CapturePaymentRequest)]
-pub struct NewCapture {
-    /// Minor units; absent: all of `amount_capturable`.
-    #[schema(value_type = Option<i64>, minimum = 1, maximum = 99_999_999, example = 1500)]
-    pub amount: Option<Amount>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
-#[schema(rename_all = "snake_case")]
-pub enum CancellationReason {
-    RequestedByCustomer,
-    Duplicate,
-    Fraudulent,
-    Abandoned,
-    /// Set by the service when an authorization expires; not accepted in requests.
-    Expired,
-}
-
-impl CancellationReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::RequestedByCustomer => "requested_by_customer",
-            Self::Duplicate => "duplicate",
-            Self::Fraudulent => "fraudulent",
-            Self::Abandoned => "abandoned",
-            Self::Expired => "expired",
-        }
-    }
-
-    /// The reasons a merchant may give.
-    fn parse_requested(s: &str) -> Option<Self> {
-        match s {
-            "requested_by_customer" => Some(Self::RequestedByCustomer),
-            "duplicate" => Some(Self::Duplicate),
-            "fraudulent" => Some(Self::Fraudulent),
-            "abandoned" => Some(Self::Abandoned),
-            _ => None,
-        }
-    }
-}
-
-/// `POST /v1/payments/{id}/cancel` body.
-#[derive(Debug, Clone, PartialEq, Eq, utoipa::ToSchema)]
-#[schema(as = CancelPaymentRequest)]
-pub struct NewCancel {
-    /// `requested_by_customer`, `duplicate`, `fraudulent` or `abandoned`.
-    #[schema(value_type = Option<String>, example = "requested_by_customer")]
-    pub cancellation_reason: Option<CancellationReason>,
-}
-
-impl NewCapture {
-    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
-        let mut object = JsonObject::parse_or_empty(body, &["amount"])?;
-        let amount = object
-            .optional_integer("amount")?
-            .map(|a| Amount::parse(a).map_err(|e| ApiError::invalid("amount", e)))
-            .transpose()?;
-        Ok(Self { amount })
-    }
-}
-
-impl NewCancel {
-    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
-        let mut object = JsonObject::parse_or_empty(body, &["cancellation_reason"])?;
-        let cancellation_reason = object
-            .optional_string("cancellation_reason", 64)?
-            .map(|r| {
-                CancellationReason::parse_requested(&r).ok_or_else(|| {
-                    ApiError::invalid(
-                        "cancellation_reason",
-                        "`cancellation_reason` must be requested_by_customer, duplicate, \
-                         fraudulent or abandoned",
-                    )
-                })
-            })
-            .transpose()?;
-        Ok(Self {
-            cancellation_reason,
-        })
-    }
-}
-
-/// SHA-256 of the normalised request, its payment included: one key names one operation
-/// on one payment. An absent amount ("all") differs from an explicit one.
-fn fingerprint(kind: &str, payment_id: &str, amount: Option<i64>, reason: Option<&str>) -> String {
-    #[derive(Serialize)]
-    struct Canonical<'a> {
-        endpoint: String,
-        payment_id: &'a str,
-        amount: Option<i64>,
-        reason: Option<&'a str>,
-    }
-    let canonical = Canonical {
-        endpoint: format!("POST /v1/payments/{{id}}/{kind}"),
-        payment_id,
-        amount,
-        reason,
-    };
-    // A struct of strings and integers always serialises.
-    sha256_hex(&serde_json::to_vec(&canonical).unwrap_or_default())
-}
 
 /// What the provider said to a capture or cancel.
 #[derive(Debug, Clone)]
@@ -287,7 +167,8 @@ fn claim_operation(
             return Ok(Claimed::Won(row, charge));
         }
         let expired = expiry.is_some_and(|cutoff| payment.expired_by(cutoff));
-        let capturable_now = payment.status == super::PaymentStatus::RequiresCapture.as_str()
+        let capturable_now = payment.status
+            == crate::payments::view::PaymentStatus::RequiresCapture.as_str()
             && payment.operation_id.is_none()
             && !expired;
         let refusal = if capturable_now && capture && requested > payment.amount_capturable {
@@ -422,67 +303,7 @@ fn finish_operation(
     })
 }
 
-/// What a capture or cancel request asks for.
-pub enum Requested {
-    Capture(NewCapture),
-    Cancel(NewCancel),
-}
-
-/// `POST /v1/payments/{id}/capture` and `…/cancel`.
-pub async fn operate(
-    state: &AppState,
-    merchant: &Merchant,
-    payment_id: PaymentId,
-    key: IdempotencyKey,
-    requested: Requested,
-    request_id: Option<String>,
-) -> Result<Answer, ApiError> {
-    // An unknown (or another merchant's) payment is answered before anything is stored.
-    let payment = {
-        let merchant_id = merchant.id.clone();
-        let payment_id = payment_id.clone();
-        state
-            .db
-            .run(move |conn| rows::find_payment(conn, &merchant_id, payment_id.as_str()))
-            .await?
-            .ok_or_else(|| ApiError::NotFound("no such payment".to_owned()))?
-    };
-    // Past AUTHORIZATION_EXPIRY_MS the authorization is expired, whether or not the
-    // periodic pass has reached it yet: it is canceled now, and this request finds it so.
-    // (The hold decides all the same: an authorization that expires between this read and
-    // the claim refuses the claim.)
-    if expiry_cutoff(&state.settings).is_some_and(|cutoff| payment.expired_by(cutoff)) {
-        expire(state, &payment.id, &payment.merchant_id).await;
-    }
-    claim_and_run(state, merchant, &payment_id, &key, &requested, request_id).await
-}
-
-/// The capture or cancel of a payment known to exist, under the idempotency rules: what
-/// [`operate`] runs after its read of the payment (public so that tests can run it as a
-/// request whose read came before the authorization expired).
-pub async fn claim_and_run(
-    state: &AppState,
-    merchant: &Merchant,
-    payment_id: &PaymentId,
-    key: &IdempotencyKey,
-    requested: &Requested,
-    request_id: Option<String>,
-) -> Result<Answer, ApiError> {
-    let origin = request_id.map(|id| RequestRef {
-        id,
-        idempotency_key: Some(key.as_str().to_owned()),
-    });
-    let claim = new_claim(
-        state,
-        &merchant.id,
-        payment_id.as_str(),
-        key.as_str(),
-        requested,
-    );
-    operations::execute::<PaymentOperation>(state, claim, origin).await
-}
-
-fn new_claim(
+pub(super) fn new_claim(
     state: &AppState,
     merchant_id: &str,
     payment_id: &str,
@@ -515,114 +336,9 @@ fn new_claim(
     }
 }
 
-/// Authorizations expired per pass; the rest wait for the next one.
-const EXPIRY_BATCH: i64 = 50;
-
-/// Cancels authorizations nobody captured or canceled within `AUTHORIZATION_EXPIRY_MS`,
-/// with `cancellation_reason: "expired"`, through the same cancel operation a merchant
-/// uses (so the provider is asked once per cancel, and a capture racing the expiry is
-/// decided by the same hold). Returns how many it canceled or left pending at the provider.
-pub async fn expire_authorizations(state: &AppState) -> Result<usize, ApiError> {
-    let Some(cutoff) = expiry_cutoff(&state.settings) else {
-        return Ok(0);
-    };
-    let expired = state
-        .db
-        .run(move |conn| rows::find_expired(conn, cutoff, EXPIRY_BATCH))
-        .await?;
-    let mut count = 0;
-    for (payment_id, merchant_id) in expired {
-        if expire(state, &payment_id, &merchant_id).await {
-            count += 1;
-        }
-    }
-    Ok(count)
-}
-
 /// Authorizations made at or before this are expired (`None`: none can be).
-fn expiry_cutoff(settings: &Settings) -> Option<Timestamp> {
+pub(super) fn expiry_cutoff(settings: &Settings) -> Option<Timestamp> {
     let expiry =
         chrono::Duration::from_std(settings.authorization_expiry).unwrap_or(chrono::Duration::MAX);
     now().checked_sub_signed(expiry)
-}
-
-/// Cancels one expired authorization (`cancellation_reason: "expired"`); true if it is
-/// canceled, or left pending at the provider.
-async fn expire(state: &AppState, payment_id: &str, merchant_id: &str) -> bool {
-    // A key no client can send (a tab is not visible ASCII), new for each attempt: the
-    // hold, not the key, decides whether this cancel may run.
-    let key = format!(
-        "authorization-expiry\t{payment_id}\t{}",
-        now().and_utc().timestamp_millis()
-    );
-    let cancel = Requested::Cancel(NewCancel {
-        cancellation_reason: Some(CancellationReason::Expired),
-    });
-    let claim = new_claim(state, merchant_id, payment_id, &key, &cancel);
-    match operations::execute::<PaymentOperation>(state, claim, None).await {
-        Ok(answer) if answer.status < 300 => {
-            tracing::info!(%payment_id, status = answer.status, "authorization expired: canceled");
-            crate::metrics::recovery(crate::metrics::RecoveryAction::AuthorizationExpired);
-            true
-        }
-        Ok(answer) => {
-            tracing::info!(%payment_id, status = answer.status, "authorization expiry refused");
-            false
-        }
-        Err(e) => {
-            tracing::warn!(%payment_id, error = %e, "expiring an authorization failed");
-            false
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bodies_parse_and_refuse_what_they_must() {
-        assert_eq!(NewCapture::parse(b"").unwrap().amount, None);
-        assert_eq!(NewCapture::parse(b"{}").unwrap().amount, None);
-        assert_eq!(
-            NewCapture::parse(br#"{"amount": 1500}"#)
-                .unwrap()
-                .amount
-                .map(|a| a.minor_units()),
-            Some(1500)
-        );
-        for bad in [
-            &br#"{"amount": 0}"#[..],
-            br#"{"amount": "1"}"#,
-            br#"{"x": 1}"#,
-            b"[]",
-        ] {
-            assert!(
-                NewCapture::parse(bad).is_err(),
-                "{}",
-                String::from_utf8_lossy(bad)
-            );
-        }
-        assert_eq!(
-            NewCancel::parse(br#"{"cancellation_reason": "abandoned"}"#)
-                .unwrap()
-                .cancellation_reason,
-            Some(CancellationReason::Abandoned)
-        );
-        assert!(NewCancel::parse(br#"{"cancellation_reason": "expired"}"#).is_err());
-        assert!(NewCancel::parse(br#"{"amount": 1}"#).is_err());
-    }
-
-    #[test]
-    fn fingerprints_bind_the_payment_the_kind_and_the_request() {
-        let base = fingerprint(CAPTURE, "pay_1", Some(100), None);
-        assert_eq!(base, fingerprint(CAPTURE, "pay_1", Some(100), None));
-        assert_ne!(base, fingerprint(CAPTURE, "pay_2", Some(100), None));
-        assert_ne!(base, fingerprint(CAPTURE, "pay_1", None, None));
-        assert_ne!(base, fingerprint(CANCEL, "pay_1", Some(100), None));
-        assert_ne!(
-            fingerprint(CANCEL, "pay_1", None, Some("duplicate")),
-            fingerprint(CANCEL, "pay_1", None, None)
-        );
-    }
 }
