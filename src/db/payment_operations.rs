@@ -8,27 +8,20 @@ use diesel::prelude::*;
 
 use super::DbConnection;
 use super::schema::{payment_operations, payments};
-use crate::domain::Timestamp;
-
-pub const PENDING: &str = "pending";
+use crate::domain::{CaptureStatus, PaymentStatus, Timestamp};
 
 super::lease::lease_protocol!(
     payment_operations,
     OperationRow,
-    PENDING,
+    CaptureStatus::Pending.as_str(),
     provider_charge_id
 );
-
-pub const SUCCEEDED: &str = "succeeded";
-/// The provider refused (a final 4xx): nothing moved, and the authorization was let go.
-pub const FAILED: &str = "failed";
-/// Refused before the provider was asked (409/422), with that answer stored.
-pub const REJECTED: &str = "rejected";
 
 pub const CAPTURE: &str = "capture";
 pub const CANCEL: &str = "cancel";
 
-const REQUIRES_CAPTURE: &str = "requires_capture";
+/// The status of a payment whose authorization a capture or cancel may hold.
+const REQUIRES_CAPTURE: PaymentStatus = PaymentStatus::RequiresCapture;
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = payment_operations)]
@@ -44,7 +37,8 @@ pub struct OperationRow {
     pub amount: i64,
     pub cancellation_reason: Option<String>,
     pub provider_charge_id: Option<String>,
-    pub status: String,
+    #[diesel(deserialize_as = String, serialize_as = String)]
+    pub status: CaptureStatus,
     pub response_status: Option<i32>,
     pub response_body: Option<String>,
     pub lease_token: Option<String>,
@@ -60,7 +54,8 @@ pub struct OperationRow {
 pub struct AuthorizedPayment {
     pub id: String,
     pub merchant_id: String,
-    pub status: String,
+    #[diesel(deserialize_as = String)]
+    pub status: PaymentStatus,
     pub amount_capturable: i64,
     pub provider_charge_id: Option<String>,
     pub operation_id: Option<String>,
@@ -84,7 +79,7 @@ pub fn find_payment(
 /// winner. A lost race comes back as `UniqueViolation`.
 pub fn insert(conn: &mut DbConnection, row: &OperationRow) -> QueryResult<()> {
     diesel::insert_into(payment_operations::table)
-        .values(row)
+        .values(row.clone())
         .execute(conn)
         .map(|_| ())
 }
@@ -126,7 +121,7 @@ pub fn hold(
     let mut update = diesel::update(
         payments::table
             .filter(payments::id.eq(payment_id))
-            .filter(payments::status.eq(REQUIRES_CAPTURE))
+            .filter(payments::status.eq(REQUIRES_CAPTURE.as_str()))
             .filter(payments::operation_id.is_null())
             .filter(payments::amount_capturable.ge(amount)),
     )
@@ -165,10 +160,10 @@ pub fn capture_payment(
         payments::table
             .filter(payments::id.eq(payment_id))
             .filter(payments::operation_id.eq(operation_id))
-            .filter(payments::status.eq(REQUIRES_CAPTURE)),
+            .filter(payments::status.eq(REQUIRES_CAPTURE.as_str())),
     )
     .set((
-        payments::status.eq("succeeded"),
+        payments::status.eq(REQUIRES_CAPTURE.move_to(PaymentStatus::Succeeded)?.as_str()),
         payments::amount_captured.eq(amount),
         payments::amount_capturable.eq(0),
         payments::updated_at.eq(at),
@@ -189,10 +184,10 @@ pub fn cancel_payment(
         payments::table
             .filter(payments::id.eq(payment_id))
             .filter(payments::operation_id.eq(operation_id))
-            .filter(payments::status.eq(REQUIRES_CAPTURE)),
+            .filter(payments::status.eq(REQUIRES_CAPTURE.as_str())),
     )
     .set((
-        payments::status.eq("canceled"),
+        payments::status.eq(REQUIRES_CAPTURE.move_to(PaymentStatus::Canceled)?.as_str()),
         payments::amount_capturable.eq(0),
         payments::cancellation_reason.eq(reason),
         payments::updated_at.eq(at),
@@ -228,10 +223,10 @@ pub fn reject(
     diesel::update(
         payment_operations::table
             .filter(payment_operations::id.eq(id))
-            .filter(payment_operations::status.eq(PENDING)),
+            .filter(payment_operations::status.eq(CaptureStatus::Pending.as_str())),
     )
     .set((
-        payment_operations::status.eq(REJECTED),
+        payment_operations::status.eq(CaptureStatus::Rejected.as_str()),
         payment_operations::response_status.eq(response_status),
         payment_operations::response_body.eq(response_body),
         payment_operations::lease_token.eq(None::<String>),
@@ -261,10 +256,10 @@ pub fn finish(conn: &mut DbConnection, row: &OperationRow) -> QueryResult<bool> 
     diesel::update(
         payment_operations::table
             .filter(payment_operations::id.eq(&row.id))
-            .filter(payment_operations::status.eq(PENDING)),
+            .filter(payment_operations::status.eq(CaptureStatus::Pending.as_str())),
     )
     .set((
-        payment_operations::status.eq(&row.status),
+        payment_operations::status.eq(row.status.as_str()),
         payment_operations::response_status.eq(row.response_status),
         payment_operations::response_body.eq(&row.response_body),
         payment_operations::lease_token.eq(None::<String>),
@@ -283,7 +278,7 @@ pub fn find_expired(
     limit: i64,
 ) -> QueryResult<Vec<(String, String)>> {
     payments::table
-        .filter(payments::status.eq(REQUIRES_CAPTURE))
+        .filter(payments::status.eq(REQUIRES_CAPTURE.as_str()))
         .filter(payments::operation_id.is_null())
         .filter(payments::authorized_at.le(authorized_before))
         .order(payments::authorized_at.asc())

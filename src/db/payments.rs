@@ -9,11 +9,16 @@ use diesel::prelude::*;
 use super::group_commit::WritePath;
 use super::schema::payments;
 use super::{DbConnection, prepared};
-use crate::domain::{RequestRef, Timestamp};
+use crate::domain::{PaymentStatus, RequestRef, Timestamp};
 
-const PROCESSING: &str = "processing";
+const PROCESSING: PaymentStatus = PaymentStatus::Processing;
 
-super::lease::lease_protocol!(payments, PaymentRow, PROCESSING, provider_charge_id);
+super::lease::lease_protocol!(
+    payments,
+    PaymentRow,
+    PROCESSING.as_str(),
+    provider_charge_id
+);
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = payments)]
@@ -29,7 +34,8 @@ pub struct PaymentRow {
     pub description: Option<String>,
     /// Canonical JSON object of string values.
     pub metadata: String,
-    pub status: String,
+    #[diesel(deserialize_as = String, serialize_as = String)]
+    pub status: PaymentStatus,
     pub amount_refunded: i64,
     pub provider_charge_id: Option<String>,
     pub failure_code: Option<String>,
@@ -74,7 +80,7 @@ pub fn insert(conn: &mut DbConnection, row: &PaymentRow) -> QueryResult<()> {
             }
         }
         DbConnection::Sqlite(_) => diesel::insert_into(payments::table)
-            .values(row)
+            .values(row.clone())
             .execute(conn)
             .map(|_| ()),
     }
@@ -171,10 +177,10 @@ pub fn finish(conn: &mut DbConnection, row: &PaymentRow) -> QueryResult<bool> {
     diesel::update(
         payments::table
             .filter(payments::id.eq(&row.id))
-            .filter(payments::status.eq(PROCESSING)),
+            .filter(payments::status.eq(PROCESSING.as_str())),
     )
     .set((
-        payments::status.eq(&row.status),
+        payments::status.eq(row.status.as_str()),
         payments::provider_charge_id.eq(&row.provider_charge_id),
         payments::failure_code.eq(&row.failure_code),
         payments::failure_message.eq(&row.failure_message),

@@ -91,7 +91,7 @@ impl<'a> InsertPayments<'a> {
             customer_id: optional(|r| r.customer_id.as_deref()),
             description: optional(|r| r.description.as_deref()),
             metadata: column(|r| &r.metadata),
-            status: column(|r| &r.status),
+            status: rows.iter().map(|r| r.status.as_str()).collect(),
             amount_refunded: rows.iter().map(|r| r.amount_refunded).collect(),
             provider_charge_id: optional(|r| r.provider_charge_id.as_deref()),
             failure_code: optional(|r| r.failure_code.as_deref()),
@@ -285,7 +285,7 @@ mod tests {
             .unwrap()
             .into_iter()
             .map(|mut row| {
-                row.status = "succeeded".to_owned();
+                row.status = crate::domain::PaymentStatus::Succeeded;
                 row.response_status = Some(201);
                 row.response_body = Some("{}".to_owned());
                 row

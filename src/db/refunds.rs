@@ -10,15 +10,14 @@ use diesel::prelude::*;
 
 use super::DbConnection;
 use super::schema::{payments, refunds};
-use crate::domain::Timestamp;
+use crate::domain::{PaymentStatus, RefundStatus, Timestamp};
 
-pub const PENDING: &str = "pending";
-
-super::lease::lease_protocol!(refunds, RefundRow, PENDING, provider_refund_id);
-pub const SUCCEEDED: &str = "succeeded";
-pub const FAILED: &str = "failed";
-/// A request refused with a stored 409/422: it holds its key, not money, and is no refund.
-pub const REJECTED: &str = "rejected";
+super::lease::lease_protocol!(
+    refunds,
+    RefundRow,
+    RefundStatus::Pending.as_str(),
+    provider_refund_id
+);
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = refunds)]
@@ -30,7 +29,8 @@ pub struct RefundRow {
     pub request_fingerprint: String,
     pub amount: i64,
     pub currency: String,
-    pub status: String,
+    #[diesel(deserialize_as = String, serialize_as = String)]
+    pub status: RefundStatus,
     pub reason: Option<String>,
     pub provider_refund_id: Option<String>,
     pub failure_code: Option<String>,
@@ -48,7 +48,8 @@ pub struct RefundRow {
 #[diesel(table_name = payments)]
 pub struct RefundablePayment {
     pub id: String,
-    pub status: String,
+    #[diesel(deserialize_as = String)]
+    pub status: PaymentStatus,
     pub amount: i64,
     pub amount_reserved: i64,
     pub amount_refunded: i64,
@@ -82,7 +83,7 @@ pub fn find_payment(
 /// A lost race comes back as `UniqueViolation`.
 pub fn insert(conn: &mut DbConnection, row: &RefundRow) -> QueryResult<()> {
     diesel::insert_into(refunds::table)
-        .values(row)
+        .values(row.clone())
         .execute(conn)
         .map(|_| ())
 }
@@ -95,7 +96,7 @@ pub fn reserve(conn: &mut DbConnection, payment_id: &str, amount: i64) -> QueryR
     diesel::update(
         payments::table
             .filter(payments::id.eq(payment_id))
-            .filter(payments::status.eq(SUCCEEDED))
+            .filter(payments::status.eq(PaymentStatus::Succeeded.as_str()))
             .filter((payments::amount_captured - payments::amount_reserved).ge(amount)),
     )
     .set(payments::amount_reserved.eq(payments::amount_reserved + amount))
@@ -153,11 +154,11 @@ pub fn reject(
     diesel::update(
         refunds::table
             .filter(refunds::id.eq(id))
-            .filter(refunds::status.eq(PENDING)),
+            .filter(refunds::status.eq(RefundStatus::Pending.as_str())),
     )
     .set((
         refunds::amount.eq(amount),
-        refunds::status.eq(REJECTED),
+        refunds::status.eq(RefundStatus::Rejected.as_str()),
         refunds::response_status.eq(response_status),
         refunds::response_body.eq(response_body),
         refunds::lease_token.eq(None::<String>),
@@ -185,10 +186,10 @@ pub fn finish(conn: &mut DbConnection, row: &RefundRow) -> QueryResult<bool> {
     diesel::update(
         refunds::table
             .filter(refunds::id.eq(&row.id))
-            .filter(refunds::status.eq(PENDING)),
+            .filter(refunds::status.eq(RefundStatus::Pending.as_str())),
     )
     .set((
-        refunds::status.eq(&row.status),
+        refunds::status.eq(row.status.as_str()),
         refunds::provider_refund_id.eq(&row.provider_refund_id),
         refunds::failure_code.eq(&row.failure_code),
         refunds::response_status.eq(row.response_status),
@@ -212,13 +213,13 @@ pub fn list_for_payment(
 ) -> QueryResult<Option<Vec<RefundRow>>> {
     if let Some(cursor) = starting_after
         && !find_by_id(conn, cursor)?
-            .is_some_and(|r| r.payment_id == payment_id && r.status != REJECTED)
+            .is_some_and(|r| r.payment_id == payment_id && r.status != RefundStatus::Rejected)
     {
         return Ok(None);
     }
     let mut query = refunds::table
         .filter(refunds::payment_id.eq(payment_id))
-        .filter(refunds::status.ne(REJECTED))
+        .filter(refunds::status.ne(RefundStatus::Rejected.as_str()))
         .select(RefundRow::as_select())
         .order(refunds::id.desc())
         .limit(limit + 1)

@@ -5,6 +5,7 @@ mod currency;
 mod digest;
 mod idempotency_key;
 mod ids;
+mod status;
 mod text;
 mod time;
 
@@ -13,6 +14,7 @@ pub use currency::Currency;
 pub use digest::sha256_hex;
 pub use idempotency_key::IdempotencyKey;
 pub use ids::{ObjectId, OperationId, PaymentId, RefundId, new_api_key, new_lease_token};
+pub use status::{CaptureStatus, IllegalMove, PaymentStatus, RefundStatus};
 pub use text::{check_text, sanitized};
 pub use time::{Timestamp, format_timestamp, now};
 

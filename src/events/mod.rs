@@ -25,7 +25,7 @@ use crate::auth::Merchant;
 use crate::db::deliveries::{self as delivery_rows, DeliveryRow};
 use crate::db::events::{self as rows, NewEventRow};
 use crate::db::{Db, DbConnection, DbError, webhook_endpoints};
-use crate::domain::{Timestamp, format_timestamp, now};
+use crate::domain::{PaymentStatus, RefundStatus, Timestamp, format_timestamp, now};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -73,22 +73,22 @@ impl EventType {
     }
 
     /// The event of a payment that has just moved to `status`; none for `processing`.
-    pub fn of_payment_status(status: &str) -> Option<Self> {
+    pub fn of_payment_status(status: PaymentStatus) -> Option<Self> {
         match status {
-            "succeeded" => Some(Self::PaymentSucceeded),
-            "failed" => Some(Self::PaymentFailed),
-            "requires_capture" => Some(Self::PaymentRequiresCapture),
-            "canceled" => Some(Self::PaymentCanceled),
-            _ => None,
+            PaymentStatus::Succeeded => Some(Self::PaymentSucceeded),
+            PaymentStatus::Failed => Some(Self::PaymentFailed),
+            PaymentStatus::RequiresCapture => Some(Self::PaymentRequiresCapture),
+            PaymentStatus::Canceled => Some(Self::PaymentCanceled),
+            PaymentStatus::Processing => None,
         }
     }
 
     /// The event of a refund that has just moved to `status`; none for `pending`.
-    pub fn of_refund_status(status: &str) -> Option<Self> {
+    pub fn of_refund_status(status: RefundStatus) -> Option<Self> {
         match status {
-            "succeeded" => Some(Self::RefundSucceeded),
-            "failed" => Some(Self::RefundFailed),
-            _ => None,
+            RefundStatus::Succeeded => Some(Self::RefundSucceeded),
+            RefundStatus::Failed => Some(Self::RefundFailed),
+            RefundStatus::Pending | RefundStatus::Rejected => None,
         }
     }
 }

@@ -204,7 +204,7 @@ pub fn finish_recorded_all(
             .zip(&finished)
             .filter(|(_, finished)| **finished)
             .filter_map(|(s, _)| {
-                EventType::of_payment_status(&s.row.status).map(|kind| NewEvent {
+                EventType::of_payment_status(s.row.status).map(|kind| NewEvent {
                     merchant_id: &s.row.merchant_id,
                     kind,
                     object_id: &s.row.id,
@@ -249,7 +249,7 @@ pub fn create_payment<'a>(
         payment_method: request.payment_method,
         customer_id: request.customer_id,
         description: request.description,
-        status: PaymentStatus::Processing.as_str().to_owned(),
+        status: PaymentStatus::Processing,
         amount_refunded: 0,
         provider_charge_id: None,
         failure_code: None,
@@ -300,7 +300,7 @@ pub fn final_state(
         }
         _ => {}
     }
-    row.status = status.as_str().to_owned();
+    row.status = row.status.move_to(status).map_err(ApiError::internal)?;
     match charged {
         Charged::Answered(charge) => {
             row.provider_charge_id = Some(charge.id);

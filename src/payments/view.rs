@@ -6,38 +6,7 @@ use crate::db::payments::PaymentRow;
 use crate::domain::format_timestamp;
 use crate::error::ApiError;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
-#[schema(rename_all = "snake_case")]
-pub enum PaymentStatus {
-    Processing,
-    RequiresCapture,
-    Succeeded,
-    Failed,
-    Canceled,
-}
-
-impl PaymentStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Processing => "processing",
-            Self::RequiresCapture => "requires_capture",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-            Self::Canceled => "canceled",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "processing" => Some(Self::Processing),
-            "requires_capture" => Some(Self::RequiresCapture),
-            "succeeded" => Some(Self::Succeeded),
-            "failed" => Some(Self::Failed),
-            "canceled" => Some(Self::Canceled),
-            _ => None,
-        }
-    }
-}
+pub use crate::domain::PaymentStatus;
 
 #[derive(Serialize, utoipa::ToSchema)]
 #[schema(as = Payment)]
@@ -91,7 +60,7 @@ impl<'a> PaymentObject<'a> {
             object: "payment",
             amount: row.amount,
             currency: &row.currency,
-            status: &row.status,
+            status: row.status.as_str(),
             capture_method: &row.capture_method,
             amount_capturable: row.amount_capturable,
             amount_captured: row.amount_captured,

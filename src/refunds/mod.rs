@@ -25,8 +25,8 @@ pub mod view;
 use crate::auth::Merchant;
 use crate::config::Settings;
 use crate::db::DbConnection;
-use crate::db::refunds::{self as rows, FAILED, PENDING, RefundRow, SUCCEEDED};
-use crate::domain::{IdempotencyKey, PaymentId, RefundId, now};
+use crate::db::refunds::{self as rows, RefundRow};
+use crate::domain::{IdempotencyKey, PaymentId, PaymentStatus, RefundId, RefundStatus, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
@@ -127,12 +127,12 @@ pub fn apply_refund_outcome(
         }
         match outcome {
             RefundOutcome::Succeeded { .. } => {
-                row.status = SUCCEEDED.to_owned();
+                row.status = row.status.move_to(RefundStatus::Succeeded)?;
                 row.failure_code = None;
                 rows::add_refunded(conn, &row.payment_id, row.amount, at)?;
             }
             RefundOutcome::Failed { failure_code, .. } => {
-                row.status = FAILED.to_owned();
+                row.status = row.status.move_to(RefundStatus::Failed)?;
                 row.failure_code = failure_code.clone();
                 rows::release_reservation(conn, &row.payment_id, row.amount)?;
             }
@@ -148,7 +148,7 @@ pub fn apply_refund_outcome(
             // Cannot happen while this transaction holds the pending row; never half-apply.
             return Err(diesel::result::Error::RollbackTransaction);
         }
-        if let Some(kind) = EventType::of_refund_status(&row.status) {
+        if let Some(kind) = EventType::of_refund_status(row.status) {
             events::record(
                 conn,
                 NewEvent {
@@ -279,7 +279,7 @@ pub async fn create_refund(
         // 0 stands for "what is left", resolved by the claim.
         amount: request.amount.map(|a| a.minor_units()).unwrap_or(0),
         currency: payment.currency,
-        status: PENDING.to_owned(),
+        status: RefundStatus::Pending,
         reason: request.reason.map(|r| r.as_str().to_owned()),
         provider_refund_id: None,
         failure_code: None,
@@ -317,7 +317,7 @@ fn claim_refund(
             let payment = rows::find_payment(conn, &claim.merchant_id, &claim.payment_id)?
                 .ok_or(diesel::result::Error::NotFound)?;
             let left = payment.refundable();
-            let refusal = if payment.status != SUCCEEDED {
+            let refusal = if payment.status != PaymentStatus::Succeeded {
                 Some(ApiError::PaymentNotRefundable(format!(
                     "payment {} has status `{}`: only succeeded payments can be refunded",
                     payment.id, payment.status

@@ -58,7 +58,7 @@ impl<'a> RefundObject<'a> {
             payment_id: &row.payment_id,
             amount: row.amount,
             currency: &row.currency,
-            status: &row.status,
+            status: row.status.as_str(),
             reason: row.reason.as_deref(),
             provider_refund_id: row.provider_refund_id.as_deref(),
             failure_code: row.failure_code.as_deref(),

@@ -17,7 +17,7 @@ use crate::db::payments::{self as payment_rows, PaymentRow};
 use crate::db::refunds as refund_rows;
 use crate::db::webhook_events::{self as events, Recorded, WebhookEventRow};
 use crate::db::{Db, DbConnection, DbError};
-use crate::domain::{Timestamp, now, sha256_hex};
+use crate::domain::{RefundStatus, Timestamp, now, sha256_hex};
 use crate::error::ApiError;
 use crate::metrics::{self, WebhookOutcome};
 use crate::payments::{CaptureMethod, Charged, PaymentStatus, final_state};
@@ -95,14 +95,14 @@ enum Effect {
 enum Applied {
     PaymentFinished {
         payment_id: String,
-        status: String,
+        status: PaymentStatus,
     },
     /// The payment is already final: the event would move it backwards or sideways (or
     /// repeats what is stored), so nothing changes.
     PaymentAlreadyFinal {
         payment_id: String,
-        current: String,
-        event_status: &'static str,
+        current: PaymentStatus,
+        event_status: PaymentStatus,
     },
     /// The event contradicts what we know of the charge (another charge id, amount or
     /// currency): never trusted to finish the payment.
@@ -113,7 +113,7 @@ enum Applied {
     UnknownReference,
     RefundFinished {
         refund_id: String,
-        status: String,
+        status: RefundStatus,
     },
     /// The event contradicts what we know of the refund (another refund id, charge or
     /// amount): never trusted to finish it.
@@ -124,7 +124,7 @@ enum Applied {
     /// The refund is already final: nothing changes.
     RefundAlreadyFinal {
         refund_id: String,
-        current: String,
+        current: RefundStatus,
     },
     Ignored(&'static str),
 }
@@ -286,14 +286,13 @@ fn finish_payment(
         ProviderStatus::Succeeded => PaymentStatus::Succeeded,
         ProviderStatus::RequiresCapture => PaymentStatus::RequiresCapture,
         _ => PaymentStatus::Failed,
-    }
-    .as_str();
+    };
     let already_final = |row: &PaymentRow| Applied::PaymentAlreadyFinal {
         payment_id: row.id.clone(),
-        current: row.status.clone(),
+        current: row.status,
         event_status,
     };
-    if row.status != PaymentStatus::Processing.as_str() {
+    if row.status != PaymentStatus::Processing {
         return Ok(already_final(&row));
     }
     if let Some(field) = mismatch(&row, status, &data) {
@@ -365,7 +364,7 @@ fn refund_mismatch(
     let Some(refund) = refund_rows::find_by_id(conn, &data.reference)? else {
         return Ok(None);
     };
-    if refund.status != refund_rows::PENDING {
+    if refund.status != RefundStatus::Pending {
         return Ok(None);
     }
     let differs = |known: Option<&str>, told: Option<&str>| {

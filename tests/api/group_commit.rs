@@ -55,7 +55,7 @@ fn claim(app: &TestApp, key: &str, amount: i64) -> PaymentRow {
         customer_id: None,
         description: None,
         metadata: "{}".to_owned(),
-        status: "processing".to_owned(),
+        status: payments_api::domain::PaymentStatus::Processing,
         amount_refunded: 0,
         provider_charge_id: None,
         failure_code: None,
@@ -208,7 +208,12 @@ async fn finishes_queued_together_are_one_update_with_one_event_per_payment_fini
     let expected = ["succeeded", "failed", "succeeded"];
     for (row, status) in rows.iter().zip(expected) {
         let now_stored = stored(&app, &row.idempotency_key).await.unwrap();
-        assert_eq!(now_stored.status, status, "{}", row.idempotency_key);
+        assert_eq!(
+            now_stored.status.as_str(),
+            status,
+            "{}",
+            row.idempotency_key
+        );
         assert!(now_stored.response_body.is_some());
     }
     let merchant = app.merchant_id.clone();

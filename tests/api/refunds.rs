@@ -631,9 +631,11 @@ async fn a_failed_outcome_releases_the_amount_once() {
             .await
             .unwrap();
         match applied {
-            OutcomeApplied::Applied(row) if expect_applied => assert_eq!(row.status, "failed"),
+            OutcomeApplied::Applied(row) if expect_applied => {
+                assert_eq!(row.status.as_str(), "failed")
+            }
             OutcomeApplied::AlreadyFinal(row) if !expect_applied => {
-                assert_eq!(row.status, "failed")
+                assert_eq!(row.status.as_str(), "failed")
             }
             other => panic!("unexpected {other:?}"),
         }

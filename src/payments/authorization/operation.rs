@@ -4,11 +4,9 @@
 use super::request::{CancellationReason, Requested, fingerprint};
 use crate::config::Settings;
 use crate::db::DbConnection;
-use crate::db::payment_operations::{
-    self as rows, Age, CANCEL, CAPTURE, FAILED, OperationRow, PENDING, SUCCEEDED,
-};
+use crate::db::payment_operations::{self as rows, Age, CANCEL, CAPTURE, OperationRow};
 use crate::db::payments as payment_rows;
-use crate::domain::{OperationId, Timestamp, now};
+use crate::domain::{CaptureStatus, OperationId, PaymentStatus, Timestamp, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
@@ -167,8 +165,7 @@ fn claim_operation(
             return Ok(Claimed::Won(row, charge));
         }
         let expired = expiry.is_some_and(|cutoff| payment.expired_by(cutoff));
-        let capturable_now = payment.status
-            == crate::payments::view::PaymentStatus::RequiresCapture.as_str()
+        let capturable_now = payment.status == PaymentStatus::RequiresCapture
             && payment.operation_id.is_none()
             && !expired;
         let refusal = if capturable_now && capture && requested > payment.amount_capturable {
@@ -232,7 +229,7 @@ fn finish_operation(
         let answer = match outcome {
             OperationOutcome::Refused(why) if !is_expiry(&op) => {
                 rows::let_go(conn, &op.payment_id, &op.id)?;
-                op.status = FAILED.to_owned();
+                op.status = op.status.move_to(CaptureStatus::Failed)?;
                 let detail = format!("the provider refused: {why}");
                 let refusal = if capture {
                     ApiError::PaymentNotCapturable(detail)
@@ -246,13 +243,13 @@ fn finish_operation(
             // `requires_capture` for ever, and the expiry asking again every pass. A
             // refusal means the provider has nothing to cancel, or lets it lapse itself.
             outcome => {
-                op.status = match outcome {
-                    OperationOutcome::Done(_) => SUCCEEDED.to_owned(),
+                op.status = op.status.move_to(match outcome {
+                    OperationOutcome::Done(_) => CaptureStatus::Succeeded,
                     OperationOutcome::Refused(why) => {
                         tracing::warn!(payment_id = %op.payment_id, reason = %why, "the provider refused to cancel an expired authorization; canceled here all the same");
-                        FAILED.to_owned()
+                        CaptureStatus::Failed
                     }
-                };
+                })?;
                 let moved = if capture {
                     // What we asked for: the provider captures exactly that (its echo is
                     // not trusted to change our books).
@@ -325,7 +322,7 @@ pub(super) fn new_claim(
         amount: amount.unwrap_or(0),
         cancellation_reason: reason.map(str::to_owned),
         provider_charge_id: None,
-        status: PENDING.to_owned(),
+        status: CaptureStatus::Pending,
         response_status: None,
         response_body: None,
         lease_token: Some(lease.token),
