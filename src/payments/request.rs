@@ -13,7 +13,7 @@ pub const MAX_METADATA_KEYS: usize = 50;
 pub const MAX_METADATA_KEY_LEN: usize = 40;
 pub const MAX_METADATA_VALUE_LEN: usize = 500;
 
-/// When the money moves: at once, or when the merchant captures the authorization (§10).
+/// When the money moves: at once, or when the merchant captures the authorization.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, utoipa::ToSchema)]
 #[schema(rename_all = "lowercase")]
 pub enum CaptureMethod {

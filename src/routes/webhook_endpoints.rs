@@ -85,15 +85,7 @@ async fn optional_json_body(
     responses(
         (status = 201, description = "Created, with its `secret` (shown this once)", body = crate::webhook_endpoints::view::EndpointObject,
             headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
-        (status = 400, description = "`invalid_request` (`param`: `url` for a refused destination, `enabled_events`, …) or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency_key_in_use`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
-        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::EndpointPostProblems,
     )
 )]
 pub async fn create(
@@ -122,11 +114,8 @@ pub async fn create(
     ),
     responses(
         (status = 200, description = "A page of endpoints", body = crate::webhook_endpoints::view::EndpointList),
-        (status = 400, description = "`invalid_request`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: `starting_after` names no webhook endpoint of yours", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::ListProblems,
     )
 )]
 pub async fn list(
@@ -153,10 +142,8 @@ pub async fn list(
     params(("id" = String, Path, description = "Endpoint id (`we_…`)")),
     responses(
         (status = 200, description = "The endpoint", body = crate::webhook_endpoints::view::EndpointObject),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        (status = 404, description = "`not_found`: no such webhook endpoint of yours", body = crate::error::Problem, content_type = "application/problem+json"),
+        super::problems::ApiKeyProblems,
     )
 )]
 pub async fn get(
@@ -182,16 +169,8 @@ pub async fn get(
     responses(
         (status = 200, description = "The endpoint as it is now", body = crate::webhook_endpoints::view::EndpointObject,
             headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
-        (status = 400, description = "`invalid_request` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency_key_in_use`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
-        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        (status = 404, description = "`not_found`: no such webhook endpoint of yours", body = crate::error::Problem, content_type = "application/problem+json"),
+        super::problems::EndpointPostProblems,
     )
 )]
 pub async fn update(
@@ -218,10 +197,8 @@ pub async fn update(
     params(("id" = String, Path, description = "Endpoint id (`we_…`)")),
     responses(
         (status = 200, description = "Deleted", body = crate::webhook_endpoints::view::Deleted),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        (status = 404, description = "`not_found`: no such webhook endpoint of yours", body = crate::error::Problem, content_type = "application/problem+json"),
+        super::problems::ApiKeyProblems,
     )
 )]
 pub async fn delete(
@@ -247,16 +224,8 @@ pub async fn delete(
     responses(
         (status = 200, description = "The endpoint with its new `secret`", body = crate::webhook_endpoints::view::EndpointObject,
             headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
-        (status = 400, description = "`invalid_request` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency_key_in_use`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
-        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        (status = 404, description = "`not_found`: no such webhook endpoint of yours", body = crate::error::Problem, content_type = "application/problem+json"),
+        super::problems::EndpointPostProblems,
     )
 )]
 pub async fn rotate_secret(
@@ -289,11 +258,8 @@ pub async fn rotate_secret(
     ),
     responses(
         (status = 200, description = "A page of deliveries", body = crate::webhook_endpoints::view::DeliveryList),
-        (status = 400, description = "`invalid_request`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: no such endpoint of yours, or `starting_after` names no delivery of it", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::ListProblems,
     )
 )]
 pub async fn deliveries(
@@ -342,16 +308,8 @@ pub async fn deliveries(
     responses(
         (status = 202, description = "Queued for delivery", body = crate::webhook_endpoints::view::Queued,
             headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
-        (status = 400, description = "`invalid_request` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency_key_in_use`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
-        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        (status = 404, description = "`not_found`: no such webhook endpoint of yours", body = crate::error::Problem, content_type = "application/problem+json"),
+        super::problems::EndpointPostProblems,
     )
 )]
 pub async fn replay(
@@ -379,15 +337,8 @@ pub async fn replay(
     responses(
         (status = 200, description = "How the attempt went", body = crate::webhook_endpoints::view::TestResult,
             headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
-        (status = 400, description = "`idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency_key_in_use`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
-        (status = 415, description = "`unsupported_media_type`: a body that is not JSON", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        (status = 404, description = "`not_found`: no such webhook endpoint of yours", body = crate::error::Problem, content_type = "application/problem+json"),
+        super::problems::EndpointPostProblems,
     )
 )]
 pub async fn test(
