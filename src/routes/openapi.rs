@@ -9,9 +9,7 @@ use utoipa::openapi::path::{
 };
 use utoipa::openapi::request_body::RequestBodyBuilder;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::{
-    ContentBuilder, ObjectBuilder, Ref, RefOr, Required, ResponseBuilder, Type,
-};
+use utoipa::openapi::{ContentBuilder, ObjectBuilder, Ref, RefOr, Required, ResponseBuilder, Type};
 use utoipa::{IntoParams, Modify, OpenApi};
 
 use super::ROUTES;
@@ -72,7 +70,10 @@ fn event_delivery() -> PathItem {
             "webhook-id",
             "The event id (`evt_…`); every attempt of the same event carries the same one",
         ))
-        .parameter(header("webhook-timestamp", "When this attempt was signed, Unix seconds"))
+        .parameter(header(
+            "webhook-timestamp",
+            "When this attempt was signed, Unix seconds",
+        ))
         .parameter(header(
             "webhook-signature",
             "Space-separated `v1,<base64 HMAC-SHA256>` entries over \
@@ -277,7 +278,10 @@ mod tests {
                 .is_some_and(|s| s.iter().any(|r| r.get("api_key").is_some()));
             if takes_key {
                 for status in ["401", "429", "503", "500"] {
-                    assert!(responses[status].is_object(), "{method} {path}: no {status}");
+                    assert!(
+                        responses[status].is_object(),
+                        "{method} {path}: no {status}"
+                    );
                 }
                 for status in ["429", "503"] {
                     assert!(
@@ -290,7 +294,10 @@ mod tests {
                 let limited = responses["429"]["description"].as_str().unwrap_or("");
                 assert!(limited.contains("`rate_limited`"), "{method} {path}");
             } else {
-                assert!(responses.get("429").is_none(), "{method} {path} is never limited");
+                assert!(
+                    responses.get("429").is_none(),
+                    "{method} {path} is never limited"
+                );
             }
         }
     }
@@ -310,7 +317,10 @@ mod tests {
             ("422", "`idempotency_key_reused`"),
         ] {
             let description = create[status]["description"].as_str().unwrap_or("");
-            assert!(description.contains(code), "capture {status}: {description}");
+            assert!(
+                description.contains(code),
+                "capture {status}: {description}"
+            );
         }
         let endpoint = &doc["paths"]["/v1/webhook_endpoints"]["post"]["responses"];
         let bad_request = endpoint["400"]["description"].as_str().unwrap_or("");
@@ -395,7 +405,11 @@ mod tests {
             })
             .and_then(|schema| schema["enum"].as_array().cloned())
             .unwrap_or_default();
-        assert_eq!(filter.len(), crate::events::EventType::ALL.len(), "{list:?}");
+        assert_eq!(
+            filter.len(),
+            crate::events::EventType::ALL.len(),
+            "{list:?}"
+        );
         assert!(!filter.contains(&Value::from("webhook_endpoint.test")));
     }
 }

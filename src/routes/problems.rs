@@ -143,7 +143,11 @@ pub(super) fn response(problems: &[Problem]) -> Response {
         response = response.header(
             "Retry-After",
             HeaderBuilder::new()
-                .schema(Some(ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(1))))
+                .schema(Some(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(1)),
+                ))
                 .description(Some("Seconds to wait before retrying"))
                 .build(),
         );
