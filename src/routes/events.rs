@@ -82,7 +82,7 @@ pub async fn list(
             if query.get("starting_after").is_some() {
                 return Err(ApiError::invalid(
                     "starting_after",
-                    "with `order=asc`, continue with `after`",
+                    "`starting_after` goes with `order=desc`; with `order=asc`, continue with `after`",
                 ));
             }
             EventPage::Feed {
