@@ -136,25 +136,41 @@ pub struct IdempotencyKeyHeader;
 
 impl IntoParams for IdempotencyKeyHeader {
     fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        vec![
-            ParameterBuilder::new()
-                .name("Idempotency-Key")
-                .parameter_in(ParameterIn::Header)
-                .required(Required::True)
-                .description(Some(
-                    "1–255 visible ASCII characters, unique per request you mean to make once; \
-                     the bare form `abc` and the quoted form `\"abc\"` are the same key. A retry \
-                     with the same key and request replays the first final response.",
-                ))
-                .schema(Some(
-                    ObjectBuilder::new()
-                        .schema_type(Type::String)
-                        .min_length(Some(1))
-                        .max_length(Some(255)),
-                ))
-                .build(),
-        ]
+        vec![idempotency_key_header(
+            Required::True,
+            "1–255 visible ASCII characters, unique per request you mean to make once; the \
+             bare form `abc` and the quoted form `\"abc\"` are the same key. A retry with the \
+             same key and request replays the first final response.",
+        )]
     }
+}
+
+/// The optional `Idempotency-Key` of the webhook endpoint POSTs, for `params(...)`.
+pub struct OptionalIdempotencyKeyHeader;
+
+impl IntoParams for OptionalIdempotencyKeyHeader {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![idempotency_key_header(
+            Required::False,
+            "Optional. When given, the rules of payments apply: a retry with the same key and \
+             request replays the first answer; another request with it is 422.",
+        )]
+    }
+}
+
+fn idempotency_key_header(required: Required, description: &str) -> Parameter {
+    ParameterBuilder::new()
+        .name("Idempotency-Key")
+        .parameter_in(ParameterIn::Header)
+        .required(required)
+        .description(Some(description))
+        .schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(255)),
+        ))
+        .build()
 }
 
 /// What every operation shares: the `X-Request-Id` header both ways, the 500 problem, and
@@ -267,9 +283,10 @@ mod tests {
     }
 
     /// Rate limiting and authentication answer before a handler runs, so every operation
-    /// that takes an API key lists their problems; the others are never rate limited.
+    /// that takes an API key lists their problems; the others are never rate limited. An
+    /// `{id}` that names nothing of the caller's is a 404.
     #[test]
-    fn every_route_that_takes_an_api_key_lists_401_429_and_503() {
+    fn every_route_lists_what_authentication_rate_limiting_and_its_path_id_answer() {
         let doc = doc();
         for (method, path, operation) in operations(&doc) {
             let responses = &operation["responses"];
@@ -298,6 +315,10 @@ mod tests {
                     responses.get("429").is_none(),
                     "{method} {path} is never limited"
                 );
+            }
+            if path.contains("{id}") {
+                let not_found = responses["404"]["description"].as_str().unwrap_or("");
+                assert!(not_found.contains("`not_found`"), "{method} {path}");
             }
         }
     }

@@ -57,7 +57,6 @@ pub async fn create(
             headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
         (status = 202, description = "Outcome not known yet: the payment as it is; retry with the same key",
             body = crate::payments::view::PaymentObject),
-        (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id)", body = crate::error::Problem, content_type = "application/problem+json"),
         super::problems::CaptureProblems,
     )
 )]
@@ -88,7 +87,6 @@ pub async fn capture(
             headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
         (status = 202, description = "Outcome not known yet: the payment as it is; retry with the same key",
             body = crate::payments::view::PaymentObject),
-        (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id)", body = crate::error::Problem, content_type = "application/problem+json"),
         super::problems::CancelProblems,
     )
 )]
@@ -132,8 +130,7 @@ async fn operate(
     params(("id" = String, Path, description = "Payment id (`pay_…`)")),
     responses(
         (status = 200, description = "The payment", body = crate::payments::view::PaymentObject),
-        (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id)", body = crate::error::Problem, content_type = "application/problem+json"),
-        super::problems::ApiKeyProblems,
+        super::problems::PaymentProblems,
     )
 )]
 pub async fn get(

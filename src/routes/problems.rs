@@ -3,8 +3,8 @@
 //! errors themselves, so the status, the `code` and the `Retry-After` / `WWW-Authenticate`
 //! headers of each response are the ones the service really answers with.
 //!
-//! Not here: `404` (each route says what it does not find, in its own annotation) and `500`
-//! (added to every operation by the document itself).
+//! Not here: the `404` of a list (each says which `starting_after` it did not find, in its
+//! own annotation) and `500` (added to every operation by the document itself).
 
 use std::collections::BTreeMap;
 
@@ -97,6 +97,19 @@ fn all<const N: usize>(sets: [Vec<Problem>; N]) -> Vec<Problem> {
     sets.into_iter().flatten().collect()
 }
 
+/// The `{id}` of the path names nothing of the caller's.
+fn not_found(meaning: &'static str) -> Vec<Problem> {
+    vec![(ApiError::NotFound(String::new()), meaning)]
+}
+
+fn payment_not_found() -> Vec<Problem> {
+    not_found("no such payment of yours (or `id` is not a payment id)")
+}
+
+fn endpoint_not_found() -> Vec<Problem> {
+    not_found("no such webhook endpoint of yours")
+}
+
 /// A POST that moves money: API key, JSON body, required `Idempotency-Key`.
 fn money_post() -> Vec<Problem> {
     all([api_key(), json_body(), idempotency_key(true)])
@@ -179,8 +192,18 @@ macro_rules! problem_set {
 }
 
 problem_set!(
-    /// A read or delete by API key: 401, 429, 503.
+    /// A read by API key: 401, 429, 503.
     ApiKeyProblems = api_key()
+);
+
+problem_set!(
+    /// `GET /v1/payments/{id}`.
+    PaymentProblems = all([api_key(), payment_not_found()])
+);
+
+problem_set!(
+    /// `GET` and `DELETE /v1/webhook_endpoints/{id}`.
+    EndpointProblems = all([api_key(), endpoint_not_found()])
 );
 
 problem_set!(
@@ -197,6 +220,7 @@ problem_set!(
     /// `POST /v1/payments/{id}/capture`.
     CaptureProblems = all([
         money_post(),
+        payment_not_found(),
         vec![
             (
                 ApiError::PaymentNotCapturable(String::new()),
@@ -215,6 +239,7 @@ problem_set!(
     /// `POST /v1/payments/{id}/cancel`.
     CancelProblems = all([
         money_post(),
+        payment_not_found(),
         vec![(
             ApiError::PaymentNotCancelable(String::new()),
             "the payment is not `requires_capture`, its authorization expired, or another \
@@ -227,6 +252,7 @@ problem_set!(
     /// `POST /v1/payments/{id}/refunds`.
     RefundProblems = all([
         money_post(),
+        payment_not_found(),
         vec![
             (
                 ApiError::PaymentNotRefundable(String::new()),
@@ -240,9 +266,19 @@ problem_set!(
     ])
 );
 
+/// A webhook endpoint POST: its `Idempotency-Key` is optional.
+fn endpoint_post() -> Vec<Problem> {
+    all([api_key(), json_body(), idempotency_key(false)])
+}
+
 problem_set!(
-    /// The webhook endpoint POSTs: their `Idempotency-Key` is optional.
-    EndpointPostProblems = all([api_key(), json_body(), idempotency_key(false)])
+    /// `POST /v1/webhook_endpoints`.
+    NewEndpointProblems = endpoint_post()
+);
+
+problem_set!(
+    /// The POSTs to `/v1/webhook_endpoints/{id}` and below.
+    EndpointPostProblems = all([endpoint_post(), endpoint_not_found()])
 );
 
 problem_set!(

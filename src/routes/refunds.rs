@@ -21,7 +21,6 @@ use crate::state::AppState;
             headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
         (status = 202, description = "Outcome not known yet: the refund is `pending` (its amount stays reserved); retry with the same key",
             body = crate::refunds::view::RefundObject),
-        (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id)", body = crate::error::Problem, content_type = "application/problem+json"),
         super::problems::RefundProblems,
     )
 )]

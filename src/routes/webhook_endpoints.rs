@@ -4,6 +4,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use super::authenticate::Authenticated;
 use super::events::{json, request_ref};
 use super::input::{Query, idempotency_key, read_body, read_json_body};
+use super::openapi::OptionalIdempotencyKeyHeader;
 use crate::db::deliveries::{FAILED, PENDING, SUCCEEDED};
 use crate::domain::IdempotencyKey;
 use crate::error::ApiError;
@@ -12,35 +13,6 @@ use crate::state::AppState;
 use crate::webhook_endpoints::{
     self as endpoints, ENDPOINT_ID_PREFIX, EndpointUpdate, NewEndpoint, Replay, Rotation,
 };
-
-/// The optional `Idempotency-Key` of these POSTs, for `params(...)`.
-pub struct OptionalIdempotencyKeyHeader;
-
-impl utoipa::IntoParams for OptionalIdempotencyKeyHeader {
-    fn into_params(
-        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
-    ) -> Vec<utoipa::openapi::path::Parameter> {
-        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
-        use utoipa::openapi::{ObjectBuilder, Required, Type};
-        vec![
-            ParameterBuilder::new()
-                .name("Idempotency-Key")
-                .parameter_in(ParameterIn::Header)
-                .required(Required::False)
-                .description(Some(
-                    "Optional. When given, the rules of payments apply: a retry with the same \
-                     key and request replays the first answer; another request with it is 422.",
-                ))
-                .schema(Some(
-                    ObjectBuilder::new()
-                        .schema_type(Type::String)
-                        .min_length(Some(1))
-                        .max_length(Some(255)),
-                ))
-                .build(),
-        ]
-    }
-}
 
 /// `Idempotency-Key` is optional on these POSTs; when given, §3's rules apply.
 fn optional_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError> {
@@ -85,7 +57,7 @@ async fn optional_json_body(
     responses(
         (status = 201, description = "Created, with its `secret` (shown this once)", body = crate::webhook_endpoints::view::EndpointObject,
             headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
-        super::problems::EndpointPostProblems,
+        super::problems::NewEndpointProblems,
     )
 )]
 pub async fn create(
@@ -142,8 +114,7 @@ pub async fn list(
     params(("id" = String, Path, description = "Endpoint id (`we_…`)")),
     responses(
         (status = 200, description = "The endpoint", body = crate::webhook_endpoints::view::EndpointObject),
-        (status = 404, description = "`not_found`: no such webhook endpoint of yours", body = crate::error::Problem, content_type = "application/problem+json"),
-        super::problems::ApiKeyProblems,
+        super::problems::EndpointProblems,
     )
 )]
 pub async fn get(
@@ -169,7 +140,6 @@ pub async fn get(
     responses(
         (status = 200, description = "The endpoint as it is now", body = crate::webhook_endpoints::view::EndpointObject,
             headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
-        (status = 404, description = "`not_found`: no such webhook endpoint of yours", body = crate::error::Problem, content_type = "application/problem+json"),
         super::problems::EndpointPostProblems,
     )
 )]
@@ -197,8 +167,7 @@ pub async fn update(
     params(("id" = String, Path, description = "Endpoint id (`we_…`)")),
     responses(
         (status = 200, description = "Deleted", body = crate::webhook_endpoints::view::Deleted),
-        (status = 404, description = "`not_found`: no such webhook endpoint of yours", body = crate::error::Problem, content_type = "application/problem+json"),
-        super::problems::ApiKeyProblems,
+        super::problems::EndpointProblems,
     )
 )]
 pub async fn delete(
@@ -224,7 +193,6 @@ pub async fn delete(
     responses(
         (status = 200, description = "The endpoint with its new `secret`", body = crate::webhook_endpoints::view::EndpointObject,
             headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
-        (status = 404, description = "`not_found`: no such webhook endpoint of yours", body = crate::error::Problem, content_type = "application/problem+json"),
         super::problems::EndpointPostProblems,
     )
 )]
@@ -308,7 +276,6 @@ pub async fn deliveries(
     responses(
         (status = 202, description = "Queued for delivery", body = crate::webhook_endpoints::view::Queued,
             headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
-        (status = 404, description = "`not_found`: no such webhook endpoint of yours", body = crate::error::Problem, content_type = "application/problem+json"),
         super::problems::EndpointPostProblems,
     )
 )]
@@ -337,7 +304,6 @@ pub async fn replay(
     responses(
         (status = 200, description = "How the attempt went", body = crate::webhook_endpoints::view::TestResult,
             headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
-        (status = 404, description = "`not_found`: no such webhook endpoint of yours", body = crate::error::Problem, content_type = "application/problem+json"),
         super::problems::EndpointPostProblems,
     )
 )]
