@@ -132,7 +132,7 @@ fn responses(problems: Vec<Problem>) -> BTreeMap<String, RefOr<Response>> {
 }
 
 /// One problem response for errors of the same status.
-pub(super) fn response(problems: &[Problem]) -> Response {
+fn response(problems: &[Problem]) -> Response {
     let description = problems
         .iter()
         .map(|(error, meaning)| format!("`{}`: {meaning}", error.code()))
