@@ -4,7 +4,8 @@
 #   2. validates GET /openapi.json with openapi-spec-validator (OpenAPI 3.1 rules, unique
 #      operation ids, resolvable references),
 #   3. generates a Python client with openapi-python-client (warnings are failures) and
-#      makes a payment with it, replays it, reads it back and lists it.
+#      makes a payment with it, replays it, reads it back and lists it; then registers a
+#      local webhook endpoint, has the service send it a test event and parses that.
 # The Python tools go into a venv under target/ (installed with pip on first use, pinned).
 # Usage: scripts/check-openapi.sh   (PAYMENTS_API_BIN=path to use a binary already built)
 set -euo pipefail
@@ -53,7 +54,7 @@ API_KEY="sk_test_openapi_check_$(date +%s)_$$"
 # choosing and binding. Everything else is set here, so a .env file cannot change the run.
 env -u PROVIDER_URL -u WEBHOOK_SECRETS \
   DATABASE_URL="sqlite://$TMP/payments.db" BIND_ADDR="127.0.0.1:0" \
-  BOOTSTRAP_API_KEY="$API_KEY" LOG_FORMAT=json RUST_LOG=info \
+  BOOTSTRAP_API_KEY="$API_KEY" LOG_FORMAT=json RUST_LOG=info WEBHOOK_ALLOW_PRIVATE_URLS=true \
   "$BIN" serve > "$TMP/server.log" 2>&1 &
 SERVER_PID=$!
 BASE_URL=""
@@ -85,9 +86,9 @@ CLIENT="$TMP/client"
   --meta none --output-path "$CLIENT/payments_api_client" --overwrite --fail-on-warning \
   || fail "openapi-python-client could not generate a clean client"
 
-step "the generated client makes a payment and reads it back"
+step "the generated client makes a payment, reads it back, and parses a test delivery"
 PYTHONPATH="$CLIENT" "$VENV/bin/python" scripts/openapi_client_smoke.py "$BASE_URL" "$API_KEY" \
-  || { tail -n 20 "$TMP/server.log" >&2; fail "the generated client could not make and read a payment"; }
+  || { tail -n 20 "$TMP/server.log" >&2; fail "the generated client could not make and read a payment, or parse a test delivery"; }
 
 kill -0 "$SERVER_PID" 2>/dev/null || fail "payments-api died during the check"
 step "OpenAPI check passed"

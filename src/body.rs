@@ -189,7 +189,7 @@ impl JsonObject {
         if let Some(unknown) = fields.keys().find(|k| !allowed.contains(&k.as_str())) {
             return Err(ApiError::invalid(
                 unknown.clone(),
-                format!("unknown field `{unknown}`"),
+                format!("`{unknown}` is not a field of this request"),
             ));
         }
         Ok(Self { fields })

@@ -64,10 +64,8 @@ pub struct Problem<'a> {
     title: &'a str,
     status: u16,
     detail: String,
-    /// Stable, machine-readable: `invalid_request`, `idempotency_key_missing`,
-    /// `idempotency_key_invalid`, `unauthorized`, `not_found`, `idempotency_key_in_use`,
-    /// `idempotency_key_reused`, `payload_too_large`, `unsupported_media_type`,
-    /// `service_unavailable`, `internal_error`, …
+    /// Stable, machine-readable, e.g. `invalid_request`; each operation's responses name
+    /// the codes it can answer.
     code: &'a str,
     /// The request field at fault, where one is.
     #[serde(skip_serializing_if = "Option::is_none")]

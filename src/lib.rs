@@ -6,6 +6,7 @@ pub mod body;
 pub mod config;
 pub mod db;
 pub mod deliveries;
+pub mod demo;
 pub mod domain;
 pub mod error;
 pub mod events;

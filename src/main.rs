@@ -27,8 +27,10 @@ struct Cli {
 enum Command {
     /// Run the HTTP service (the default when no command is given).
     ///
-    /// Applies pending migrations first. With no BOOTSTRAP_API_KEY or WEBHOOK_SECRETS set,
-    /// generates a demo key and a webhook secret and logs them once.
+    /// Applies pending migrations first. With no BOOTSTRAP_API_KEY set, uses a demo key for
+    /// merchant "default", made on the first start and kept beside the SQLite database (or
+    /// in data/ on PostgreSQL) as demo-api-key, and logs it; with no WEBHOOK_SECRETS set,
+    /// generates a webhook secret and logs it.
     Serve,
     /// Apply pending database migrations to DATABASE_URL, then exit.
     Migrate,
@@ -240,9 +242,9 @@ fn revoke_key(conn: &mut DbConnection, key_id: &str) -> Result<(), String> {
 
 fn serve(mut settings: Settings) -> Result<(), String> {
     let demo_key = if settings.bootstrap_api_key.is_none() {
-        let key = new_api_key();
-        settings.bootstrap_api_key = Some(key.clone());
-        Some(key)
+        let demo = payments_api::demo::api_key(&settings.database_url)?;
+        settings.bootstrap_api_key = Some(demo.key.clone());
+        Some(demo)
     } else {
         None
     };
@@ -260,11 +262,17 @@ fn serve(mut settings: Settings) -> Result<(), String> {
         let host = bind.rsplit_once(':').map(|(h, _)| h).unwrap_or("127.0.0.1");
         let url = format!("http://{host}:{}", app.port());
         tracing::info!(%url, "payments-api listening");
-        if let Some(key) = demo_key {
-            // The zero-config run's demo key is logged on purpose, once, so the service can
-            // be tried at once; set BOOTSTRAP_API_KEY (or use `api-keys create`) otherwise.
+        if let Some(demo) = demo_key {
+            // The zero-config run's demo key is logged on purpose, at every start, so the
+            // service can be tried at once; set BOOTSTRAP_API_KEY (or use `api-keys create`)
+            // otherwise.
+            let key = demo.key;
+            let kept = demo.file.map_or_else(
+                || "this run only".to_owned(),
+                |file| format!("kept in {}", file.display()),
+            );
             tracing::info!(
-                "demo API key (merchant \"default\"): {key}\n  try: curl -s {url}/v1/payments \
+                "demo API key (merchant \"default\", {kept}): {key}\n  try: curl -s {url}/v1/payments \
                  -H 'Authorization: Bearer {key}' -H 'Idempotency-Key: demo-1' \
                  -H 'Content-Type: application/json' \
                  -d '{{\"amount\": 2000, \"currency\": \"usd\", \"payment_method\": \"pm_card_visa\"}}'"

@@ -32,6 +32,11 @@ use crate::state::AppState;
 /// Every kind of event. `payment.requires_capture` and `payment.canceled` come from
 /// manual capture through the same [`record`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
+#[schema(
+    description = "A type of recorded event: what the events list holds and what \
+    `enabled_events` can name. `payment.requires_capture` and `payment.canceled` are those of \
+    payments created with `capture_method: manual`."
+)]
 pub enum EventType {
     #[serde(rename = "payment.succeeded")]
     PaymentSucceeded,

@@ -14,6 +14,7 @@ pub struct EventObject {
     #[schema(example = "event")]
     object: String,
     #[serde(rename = "type")]
+    #[schema(value_type = EventObjectType)]
     kind: EventType,
     /// RFC 3339, UTC: when the change was made.
     #[schema(format = DateTime)]
@@ -23,6 +24,32 @@ pub struct EventObject {
     /// worker or an expiry made it.
     request: Option<RequestRef>,
 }
+
+/// The `type` of an event object, as a receiver may get it: every recorded [`EventType`],
+/// and the test event, which is only ever delivered (never recorded, so neither in the
+/// feed nor a type an endpoint can subscribe to). Listed from the same constants the
+/// service uses, so a new type cannot be missing here.
+pub struct EventObjectType;
+
+impl utoipa::PartialSchema for EventObjectType {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        let types = EventType::ALL
+            .iter()
+            .map(|t| t.as_str())
+            .chain([crate::webhook_endpoints::TEST_EVENT_TYPE]);
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::Type::String)
+            .enum_values(Some(types))
+            .description(Some(
+                "What happened. `webhook_endpoint.test` is only in the test delivery that \
+                 `POST /v1/webhook_endpoints/{id}/test` sends: it is not in the events list, \
+                 and `enabled_events` cannot name it.",
+            ))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for EventObjectType {}
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct EventData {

@@ -79,12 +79,17 @@ impl NewPayment {
             ],
         )?;
         let amount = object.required_integer("amount")?;
-        let amount = Amount::parse(amount).map_err(|e| ApiError::invalid("amount", e))?;
+        let amount = Amount::parse(amount)
+            .map_err(|e| ApiError::invalid("amount", format!("`amount` {e}")))?;
         let currency = object.required_string("currency", 3)?;
-        let currency = Currency::parse(&currency).map_err(|e| ApiError::invalid("currency", e))?;
+        let currency = Currency::parse(&currency)
+            .map_err(|e| ApiError::invalid("currency", format!("`currency` {e}")))?;
         let payment_method = object.required_string("payment_method", 255)?;
         if payment_method.is_empty() {
-            return Err(ApiError::invalid("payment_method", "must not be empty"));
+            return Err(ApiError::invalid(
+                "payment_method",
+                "`payment_method` must not be empty",
+            ));
         }
         let customer_id = object.optional_string("customer_id", 255)?;
         let description = object.optional_string("description", 1000)?;

@@ -48,7 +48,9 @@ impl NewRefund {
         let mut object = JsonObject::parse_or_empty(body, &["amount", "reason"])?;
         let amount = object
             .optional_integer("amount")?
-            .map(|a| Amount::parse(a).map_err(|e| ApiError::invalid("amount", e)))
+            .map(|a| {
+                Amount::parse(a).map_err(|e| ApiError::invalid("amount", format!("`amount` {e}")))
+            })
             .transpose()?;
         let reason = object
             .optional_string("reason", 64)?

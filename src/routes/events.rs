@@ -37,11 +37,8 @@ pub fn request_ref(req: &HttpRequest, key: Option<&IdempotencyKey>) -> RequestRe
     ),
     responses(
         (status = 200, description = "A page of events", body = crate::events::view::EventList),
-        (status = 400, description = "`invalid_request` (`param` names the query parameter)", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: `after` or `starting_after` names no event of yours (it may have been pruned: start again without it)", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::ListProblems,
     )
 )]
 pub async fn list(
@@ -85,7 +82,7 @@ pub async fn list(
             if query.get("starting_after").is_some() {
                 return Err(ApiError::invalid(
                     "starting_after",
-                    "with `order=asc`, continue with `after`",
+                    "`starting_after` goes with `order=desc`; with `order=asc`, continue with `after`",
                 ));
             }
             EventPage::Feed {
@@ -108,10 +105,8 @@ pub async fn list(
     params(("id" = String, Path, description = "Event id (`evt_…`)")),
     responses(
         (status = 200, description = "The event", body = crate::events::view::EventObject),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: no such event for this merchant", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::ApiKeyProblems,
     )
 )]
 pub async fn get(

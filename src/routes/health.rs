@@ -14,7 +14,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(2);
 #[utoipa::path(
     get,
     path = "/health/live",
-    operation_id = "checkLiveness",
+    operation_id = "check_liveness",
     tag = "operations",
     security(()),
     responses((status = 200, description = "Alive", body = Object, example = json!({"status": "ok"}))),
@@ -27,14 +27,12 @@ pub async fn live() -> HttpResponse {
 #[utoipa::path(
     get,
     path = "/health/ready",
-    operation_id = "checkReadiness",
+    operation_id = "check_readiness",
     tag = "operations",
     security(()),
     responses(
         (status = 200, description = "Ready: the database answered", body = Object, example = json!({"status": "ready"})),
-        (status = 503, description = "`service_unavailable`: the database did not answer in time",
-            body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::ReadinessProblems,
     )
 )]
 pub async fn ready(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {

@@ -138,7 +138,7 @@ impl Query {
             if !allowed.contains(&name.as_str()) {
                 return Err(ApiError::invalid(
                     name.clone(),
-                    format!("unknown query parameter `{name}`"),
+                    format!("`{name}` is not a query parameter of this request"),
                 ));
             }
             if pairs[..i].iter().any(|(n, _)| n == name) {

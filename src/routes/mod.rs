@@ -7,6 +7,7 @@ pub mod input;
 pub mod openapi;
 pub mod ops;
 pub mod payments;
+pub mod problems;
 pub mod refunds;
 pub mod webhook_endpoints;
 pub mod webhooks;

@@ -16,7 +16,7 @@ use crate::state::AppState;
 #[utoipa::path(
     get,
     path = "/metrics",
-    operation_id = "getMetrics",
+    operation_id = "get_metrics",
     tag = "operations",
     description = "Prometheus text format: `http_requests_total`, `http_request_duration_seconds`, \
         `idempotency_outcomes_total`, `provider_calls_total`, `provider_call_duration_seconds`, \
@@ -48,7 +48,7 @@ static OPENAPI_JSON: LazyLock<Result<String, String>> = LazyLock::new(|| {
 #[utoipa::path(
     get,
     path = "/openapi.json",
-    operation_id = "getOpenApiDocument",
+    operation_id = "get_openapi_document",
     tag = "operations",
     security(()),
     responses(
@@ -70,7 +70,7 @@ pub async fn openapi_json() -> HttpResponse {
 #[utoipa::path(
     get,
     path = "/docs",
-    operation_id = "getDocsPage",
+    operation_id = "get_docs_page",
     tag = "operations",
     security(()),
     responses(

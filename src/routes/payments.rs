@@ -13,7 +13,7 @@ use crate::state::AppState;
 #[utoipa::path(
     post,
     path = "/v1/payments",
-    operation_id = "createPayment",
+    operation_id = "create_payment",
     tag = "payments",
     security(("api_key" = [])),
     params(crate::routes::openapi::IdempotencyKeyHeader),
@@ -24,17 +24,7 @@ use crate::state::AppState;
             headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
         (status = 202, description = "Outcome not known yet: the payment is `processing`; retry with the same key",
             body = crate::payments::view::PaymentObject),
-        (status = 400, description = "`invalid_request`, `idempotency_key_missing` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency_key_in_use`: the first request with this key is still running",
-            body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
-        (status = 413, description = "`payload_too_large`: body over 64 KiB", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`: body is not `application/json`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`idempotency_key_reused`: the key was used with a different request", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`: the database cannot be reached",
-            body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::CreatePaymentProblems,
     )
 )]
 pub async fn create(
@@ -56,7 +46,7 @@ pub async fn create(
 #[utoipa::path(
     post,
     path = "/v1/payments/{id}/capture",
-    operation_id = "capturePayment",
+    operation_id = "capture_payment",
     tag = "payments",
     security(("api_key" = [])),
     params(("id" = String, Path, description = "Payment id (`pay_…`)"), crate::routes::openapi::IdempotencyKeyHeader),
@@ -67,15 +57,7 @@ pub async fn create(
             headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
         (status = 202, description = "Outcome not known yet: the payment as it is; retry with the same key",
             body = crate::payments::view::PaymentObject),
-        (status = 400, description = "`invalid_request`, `idempotency_key_missing` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id)", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`payment_not_capturable` (not `requires_capture`, its authorization expired, or another capture or cancel has it; stored as the key's answer), or `idempotency_key_in_use` (with `Retry-After`)", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`amount_exceeds_capturable` or `idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::CaptureProblems,
     )
 )]
 pub async fn capture(
@@ -94,7 +76,7 @@ pub async fn capture(
 #[utoipa::path(
     post,
     path = "/v1/payments/{id}/cancel",
-    operation_id = "cancelPayment",
+    operation_id = "cancel_payment",
     tag = "payments",
     security(("api_key" = [])),
     params(("id" = String, Path, description = "Payment id (`pay_…`)"), crate::routes::openapi::IdempotencyKeyHeader),
@@ -105,15 +87,7 @@ pub async fn capture(
             headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
         (status = 202, description = "Outcome not known yet: the payment as it is; retry with the same key",
             body = crate::payments::view::PaymentObject),
-        (status = 400, description = "`invalid_request`, `idempotency_key_missing` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id)", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`payment_not_cancelable` (not `requires_capture`, its authorization expired, or another capture or cancel has it; stored as the key's answer), or `idempotency_key_in_use` (with `Retry-After`)", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::CancelProblems,
     )
 )]
 pub async fn cancel(
@@ -150,16 +124,13 @@ async fn operate(
 #[utoipa::path(
     get,
     path = "/v1/payments/{id}",
-    operation_id = "getPayment",
+    operation_id = "get_payment",
     tag = "payments",
     security(("api_key" = [])),
     params(("id" = String, Path, description = "Payment id (`pay_…`)")),
     responses(
         (status = 200, description = "The payment", body = crate::payments::view::PaymentObject),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id)", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::PaymentProblems,
     )
 )]
 pub async fn get(
@@ -176,7 +147,7 @@ pub async fn get(
 #[utoipa::path(
     get,
     path = "/v1/payments",
-    operation_id = "listPayments",
+    operation_id = "list_payments",
     tag = "payments",
     security(("api_key" = [])),
     params(
@@ -187,11 +158,8 @@ pub async fn get(
     ),
     responses(
         (status = 200, description = "A page of payments", body = crate::payments::view::PaymentList),
-        (status = 400, description = "`invalid_request` (`param` names the query parameter)", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: `starting_after` names no payment of yours", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::ListProblems,
     )
 )]
 pub async fn list(

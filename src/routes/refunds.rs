@@ -11,7 +11,7 @@ use crate::state::AppState;
 #[utoipa::path(
     post,
     path = "/v1/payments/{id}/refunds",
-    operation_id = "createRefund",
+    operation_id = "create_refund",
     tag = "refunds",
     security(("api_key" = [])),
     params(("id" = String, Path, description = "Payment id (`pay_…`)"), crate::routes::openapi::IdempotencyKeyHeader),
@@ -21,16 +21,7 @@ use crate::state::AppState;
             headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
         (status = 202, description = "Outcome not known yet: the refund is `pending` (its amount stays reserved); retry with the same key",
             body = crate::refunds::view::RefundObject),
-        (status = 400, description = "`invalid_request`, `idempotency_key_missing` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id)", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`payment_not_refundable` (not succeeded, or nothing left), or `idempotency_key_in_use` (with `Retry-After`)", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying (idempotency_key_in_use)"))),
-        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`amount_exceeds_refundable` or `idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::RefundProblems,
     )
 )]
 pub async fn create(
@@ -55,7 +46,7 @@ pub async fn create(
 #[utoipa::path(
     get,
     path = "/v1/payments/{id}/refunds",
-    operation_id = "listRefunds",
+    operation_id = "list_refunds",
     tag = "refunds",
     security(("api_key" = [])),
     params(
@@ -65,11 +56,8 @@ pub async fn create(
     ),
     responses(
         (status = 200, description = "A page of refunds", body = crate::refunds::view::RefundList),
-        (status = 400, description = "`invalid_request`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: no such payment for this merchant (or `id` is not a payment id), or `starting_after` names no refund of it", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::ListProblems,
     )
 )]
 pub async fn list(

@@ -4,6 +4,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use super::authenticate::Authenticated;
 use super::events::{json, request_ref};
 use super::input::{Query, idempotency_key, read_body, read_json_body};
+use super::openapi::OptionalIdempotencyKeyHeader;
 use crate::db::deliveries::{FAILED, PENDING, SUCCEEDED};
 use crate::domain::IdempotencyKey;
 use crate::error::ApiError;
@@ -12,35 +13,6 @@ use crate::state::AppState;
 use crate::webhook_endpoints::{
     self as endpoints, ENDPOINT_ID_PREFIX, EndpointUpdate, NewEndpoint, Replay, Rotation,
 };
-
-/// The optional `Idempotency-Key` of these POSTs, for `params(...)`.
-pub struct OptionalIdempotencyKeyHeader;
-
-impl utoipa::IntoParams for OptionalIdempotencyKeyHeader {
-    fn into_params(
-        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
-    ) -> Vec<utoipa::openapi::path::Parameter> {
-        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
-        use utoipa::openapi::{ObjectBuilder, Required, Type};
-        vec![
-            ParameterBuilder::new()
-                .name("Idempotency-Key")
-                .parameter_in(ParameterIn::Header)
-                .required(Required::False)
-                .description(Some(
-                    "Optional. When given, the rules of payments apply: a retry with the same \
-                     key and request replays the first answer; another request with it is 422.",
-                ))
-                .schema(Some(
-                    ObjectBuilder::new()
-                        .schema_type(Type::String)
-                        .min_length(Some(1))
-                        .max_length(Some(255)),
-                ))
-                .build(),
-        ]
-    }
-}
 
 /// `Idempotency-Key` is optional on these POSTs; when given, the idempotency rules apply.
 fn optional_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError> {
@@ -85,15 +57,7 @@ async fn optional_json_body(
     responses(
         (status = 201, description = "Created, with its `secret` (shown this once)", body = crate::webhook_endpoints::view::EndpointObject,
             headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
-        (status = 400, description = "`invalid_request` (`param`: `url` for a refused destination, `enabled_events`, …) or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency_key_in_use`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
-        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::NewEndpointProblems,
     )
 )]
 pub async fn create(
@@ -122,11 +86,8 @@ pub async fn create(
     ),
     responses(
         (status = 200, description = "A page of endpoints", body = crate::webhook_endpoints::view::EndpointList),
-        (status = 400, description = "`invalid_request`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: `starting_after` names no webhook endpoint of yours", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::ListProblems,
     )
 )]
 pub async fn list(
@@ -153,10 +114,7 @@ pub async fn list(
     params(("id" = String, Path, description = "Endpoint id (`we_…`)")),
     responses(
         (status = 200, description = "The endpoint", body = crate::webhook_endpoints::view::EndpointObject),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::EndpointProblems,
     )
 )]
 pub async fn get(
@@ -182,16 +140,7 @@ pub async fn get(
     responses(
         (status = 200, description = "The endpoint as it is now", body = crate::webhook_endpoints::view::EndpointObject,
             headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
-        (status = 400, description = "`invalid_request` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency_key_in_use`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
-        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::EndpointPostProblems,
     )
 )]
 pub async fn update(
@@ -218,10 +167,7 @@ pub async fn update(
     params(("id" = String, Path, description = "Endpoint id (`we_…`)")),
     responses(
         (status = 200, description = "Deleted", body = crate::webhook_endpoints::view::Deleted),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::EndpointProblems,
     )
 )]
 pub async fn delete(
@@ -247,16 +193,7 @@ pub async fn delete(
     responses(
         (status = 200, description = "The endpoint with its new `secret`", body = crate::webhook_endpoints::view::EndpointObject,
             headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
-        (status = 400, description = "`invalid_request` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency_key_in_use`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
-        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::EndpointPostProblems,
     )
 )]
 pub async fn rotate_secret(
@@ -289,11 +226,8 @@ pub async fn rotate_secret(
     ),
     responses(
         (status = 200, description = "A page of deliveries", body = crate::webhook_endpoints::view::DeliveryList),
-        (status = 400, description = "`invalid_request`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: no such endpoint of yours, or `starting_after` names no delivery of it", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::ListProblems,
     )
 )]
 pub async fn deliveries(
@@ -342,16 +276,7 @@ pub async fn deliveries(
     responses(
         (status = 202, description = "Queued for delivery", body = crate::webhook_endpoints::view::Queued,
             headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
-        (status = 400, description = "`invalid_request` or `idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency_key_in_use`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
-        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::EndpointPostProblems,
     )
 )]
 pub async fn replay(
@@ -379,15 +304,7 @@ pub async fn replay(
     responses(
         (status = 200, description = "How the attempt went", body = crate::webhook_endpoints::view::TestResult,
             headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),
-        (status = 400, description = "`idempotency_key_invalid`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "`not_found`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`idempotency_key_in_use`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
-        (status = 415, description = "`unsupported_media_type`: a body that is not JSON", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`idempotency_key_reused`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::EndpointPostProblems,
     )
 )]
 pub async fn test(

@@ -5,13 +5,13 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::webhooks::{self, SignedHeaders};
 
-/// `POST /v1/webhooks/provider`: authenticated by its signature, not by an API key.
+/// The payment provider's events: authenticated by their signature, not by an API key.
 /// Standard Webhooks v1: `webhook-signature` holds `v1,<base64 HMAC-SHA256>` entries over
 /// `{webhook-id}.{webhook-timestamp}.{raw body}`; each event id is applied once.
 #[utoipa::path(
     post,
     path = "/v1/webhooks/provider",
-    operation_id = "receiveProviderWebhook",
+    operation_id = "receive_provider_webhook",
     tag = "webhooks",
     params(
         ("webhook-id" = String, Header, description = "The event id; a redelivery carries the same one"),
@@ -21,12 +21,7 @@ use crate::webhooks::{self, SignedHeaders};
     request_body(content = ProviderEvent, content_type = "application/json"),
     responses(
         (status = 200, description = "Received (`duplicate` is true for a redelivery, which changes nothing)", body = Received),
-        (status = 400, description = "`invalid_request`: signed, but not an event", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "`invalid_signature`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`webhook_id_conflict`: the id was received with another body", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 413, description = "`payload_too_large`", body = crate::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`service_unavailable`: nothing was recorded; redeliver", body = crate::error::Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        super::problems::ProviderWebhookProblems,
     )
 )]
 pub async fn provider(
@@ -48,8 +43,8 @@ pub async fn provider(
     }))
 }
 
-/// An event of the provider, as its body is read once the signature has been checked
-/// (describes the body for the OpenAPI document; `webhooks` parses it).
+/// An event of the provider, as its body is read once the signature has been checked.
+// Only describes the body for the OpenAPI document: the raw bytes are parsed elsewhere.
 #[derive(utoipa::ToSchema)]
 #[expect(
     dead_code,

@@ -64,7 +64,9 @@ impl NewCapture {
         let mut object = JsonObject::parse_or_empty(body, &["amount"])?;
         let amount = object
             .optional_integer("amount")?
-            .map(|a| Amount::parse(a).map_err(|e| ApiError::invalid("amount", e)))
+            .map(|a| {
+                Amount::parse(a).map_err(|e| ApiError::invalid("amount", format!("`amount` {e}")))
+            })
             .transpose()?;
         Ok(Self { amount })
     }
