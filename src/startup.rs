@@ -183,11 +183,11 @@ impl Application {
 /// of [`crate::payments::start_writes`] stop with the last handle to them).
 fn start_background_tasks(state: &AppState) {
     use crate::metrics::RecoveryAction;
-    use crate::payments::authorization::{PaymentOperation, expire_authorizations};
+    use crate::payments::authorization::{CaptureOrCancel, expire_authorizations};
     Recovery::default()
         .resume::<CreatePayment>(RecoveryAction::PaymentResumed)
         .resume::<CreateRefund>(RecoveryAction::RefundResumed)
-        .resume::<PaymentOperation>(RecoveryAction::OperationResumed)
+        .resume::<CaptureOrCancel>(RecoveryAction::OperationResumed)
         .then(|state| async move {
             expire_authorizations(&state).await.unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "expiring authorizations failed; will retry");

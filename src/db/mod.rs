@@ -1,13 +1,13 @@
 //! One database layer for PostgreSQL and SQLite: a diesel `MultiConnection` behind an r2d2
 //! pool, the backend chosen from the `DATABASE_URL` scheme.
 
+pub mod captures;
 pub mod deliveries;
 pub mod events;
 pub mod group_commit;
 pub mod idempotency_keys;
 mod lease;
 pub mod merchants;
-pub mod payment_operations;
 pub mod payments;
 mod prepared;
 pub mod refunds;

@@ -1,8 +1,8 @@
 //! The expiry of authorizations nobody captured or canceled in time.
 
-use super::operation::{PaymentOperation, expiry_cutoff, new_claim};
+use super::operation::{CaptureOrCancel, expiry_cutoff, new_claim};
 use super::request::{CancellationReason, NewCancel, Requested};
-use crate::db::payment_operations as rows;
+use crate::db::captures as rows;
 use crate::domain::now;
 use crate::error::ApiError;
 use crate::operations;
@@ -45,7 +45,7 @@ pub(super) async fn expire(state: &AppState, payment_id: &str, merchant_id: &str
         cancellation_reason: Some(CancellationReason::Expired),
     });
     let claim = new_claim(state, merchant_id, payment_id, &key, &cancel);
-    match operations::execute::<PaymentOperation>(state, claim, None).await {
+    match operations::execute::<CaptureOrCancel>(state, claim, None).await {
         Ok(answer) if answer.status < 300 => {
             tracing::info!(%payment_id, status = answer.status, "authorization expired: canceled");
             crate::metrics::recovery(crate::metrics::RecoveryAction::AuthorizationExpired);

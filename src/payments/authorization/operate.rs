@@ -1,10 +1,10 @@
 //! `POST /v1/payments/{id}/capture` and `…/cancel`: the request's way in.
 
 use super::expiry::expire;
-use super::operation::{PaymentOperation, expiry_cutoff, new_claim};
+use super::operation::{CaptureOrCancel, expiry_cutoff, new_claim};
 use super::request::Requested;
 use crate::auth::Merchant;
-use crate::db::payment_operations as rows;
+use crate::db::captures as rows;
 use crate::domain::{IdempotencyKey, PaymentId};
 use crate::error::ApiError;
 use crate::idempotency::Answer;
@@ -62,5 +62,5 @@ pub async fn claim_and_run(
         key.as_str(),
         requested,
     );
-    operations::execute::<PaymentOperation>(state, claim, origin).await
+    operations::execute::<CaptureOrCancel>(state, claim, origin).await
 }

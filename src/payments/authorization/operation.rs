@@ -4,7 +4,7 @@
 use super::request::{CancellationReason, Requested, fingerprint};
 use crate::config::Settings;
 use crate::db::DbConnection;
-use crate::db::payment_operations::{self as rows, Age, CANCEL, CAPTURE, OperationRow};
+use crate::db::captures::{self as rows, Age, CANCEL, CAPTURE, CaptureRow};
 use crate::db::payments as payment_rows;
 use crate::domain::{CaptureStatus, OperationId, PaymentStatus, Timestamp, now};
 use crate::error::ApiError;
@@ -17,41 +17,41 @@ use crate::provider::{
 };
 use crate::state::AppState;
 
-idempotent_record!(OperationRow);
+idempotent_record!(CaptureRow);
 
 /// What the provider said to a capture or cancel.
 #[derive(Debug, Clone)]
-pub enum OperationOutcome {
+pub enum CaptureOutcome {
     Done(ChargeUpdate),
     /// A final 4xx: nothing moved.
     Refused(String),
 }
 
 /// A capture or a cancel (by the row's `kind`), as an [`Operation`].
-pub struct PaymentOperation;
+pub struct CaptureOrCancel;
 
-impl Operation for PaymentOperation {
-    type Row = OperationRow;
+impl Operation for CaptureOrCancel {
+    type Row = CaptureRow;
     /// The provider's charge of the payment.
     type Call = String;
-    type Outcome = OperationOutcome;
+    type Outcome = CaptureOutcome;
 
-    fn resource(row: &OperationRow) -> &'static str {
+    fn resource(row: &CaptureRow) -> &'static str {
         if row.kind == CAPTURE { CAPTURE } else { CANCEL }
     }
 
     fn claim(
         conn: &mut DbConnection,
-        claim: &OperationRow,
+        claim: &CaptureRow,
         settings: &Settings,
-    ) -> diesel::QueryResult<Claimed<OperationRow, String>> {
+    ) -> diesel::QueryResult<Claimed<CaptureRow, String>> {
         claim_operation(conn, claim, expiry_cutoff(settings))
     }
 
     fn find_by_key(
         conn: &mut DbConnection,
-        claim: &OperationRow,
-    ) -> diesel::QueryResult<Option<OperationRow>> {
+        claim: &CaptureRow,
+    ) -> diesel::QueryResult<Option<CaptureRow>> {
         rows::find_by_idempotency_key(
             conn,
             &claim.merchant_id,
@@ -60,7 +60,7 @@ impl Operation for PaymentOperation {
         )
     }
 
-    fn call_for(_: &mut DbConnection, row: &OperationRow) -> diesel::QueryResult<String> {
+    fn call_for(_: &mut DbConnection, row: &CaptureRow) -> diesel::QueryResult<String> {
         row.provider_charge_id
             .clone()
             .ok_or(diesel::result::Error::NotFound)
@@ -68,9 +68,9 @@ impl Operation for PaymentOperation {
 
     async fn call(
         state: &AppState,
-        row: &OperationRow,
+        row: &CaptureRow,
         charge: &String,
-    ) -> Result<Called<OperationOutcome>, OutcomeUnknown> {
+    ) -> Result<Called<CaptureOutcome>, OutcomeUnknown> {
         let answer = if row.kind == CAPTURE {
             let request = CaptureRequest { amount: row.amount };
             state
@@ -87,34 +87,34 @@ impl Operation for PaymentOperation {
         };
         match answer {
             Ok(update) if update.status == expected => {
-                Ok(Called::Final(OperationOutcome::Done(update)))
+                Ok(Called::Final(CaptureOutcome::Done(update)))
             }
             // Accepted, not finished: the hold stays, and a retry or the recovery worker
             // asks again with the same key. Letting it go could capture the payment twice.
             Ok(update) if update.status == ProviderStatus::Pending => Ok(Called::Pending(None)),
             // A 200 that did not do what was asked moved nothing we can count on.
-            Ok(update) => Ok(Called::Final(OperationOutcome::Refused(format!(
+            Ok(update) => Ok(Called::Final(CaptureOutcome::Refused(format!(
                 "the provider answered status `{}`",
                 update.status.as_str()
             )))),
-            Err(ProviderError::Refused(why)) => Ok(Called::Final(OperationOutcome::Refused(why))),
+            Err(ProviderError::Refused(why)) => Ok(Called::Final(CaptureOutcome::Refused(why))),
             Err(ProviderError::Unknown(unknown)) => Err(unknown),
         }
     }
 
     fn finish(
         conn: &mut DbConnection,
-        row: &OperationRow,
-        outcome: &OperationOutcome,
+        row: &CaptureRow,
+        outcome: &CaptureOutcome,
         request: Option<&RequestRef>,
-    ) -> diesel::QueryResult<OperationRow> {
+    ) -> diesel::QueryResult<CaptureRow> {
         finish_operation(conn, row, outcome, request)
     }
 
     /// The 202 body is the payment as it is (still `requires_capture`, held).
     fn render_unfinished(
         conn: &mut DbConnection,
-        row: &OperationRow,
+        row: &CaptureRow,
     ) -> diesel::QueryResult<String> {
         render_payment(conn, &row.payment_id)
     }
@@ -133,9 +133,9 @@ fn render_payment(conn: &mut DbConnection, payment_id: &str) -> diesel::QueryRes
 /// expired) only the expiry's own cancel may hold it.
 fn claim_operation(
     conn: &mut DbConnection,
-    claim: &OperationRow,
+    claim: &CaptureRow,
     expiry: Option<Timestamp>,
-) -> diesel::QueryResult<Claimed<OperationRow, String>> {
+) -> diesel::QueryResult<Claimed<CaptureRow, String>> {
     use diesel::Connection;
     let age = match expiry {
         None => Age::Any,
@@ -190,7 +190,7 @@ fn claim_operation(
 
 /// Whether this is the service's own cancel of an expired authorization (a merchant
 /// cannot give the reason `expired`).
-fn is_expiry(row: &OperationRow) -> bool {
+fn is_expiry(row: &CaptureRow) -> bool {
     row.cancellation_reason.as_deref() == Some(CancellationReason::Expired.as_str())
 }
 
@@ -213,10 +213,10 @@ fn not_possible(capture: bool, payment_id: &str, why: &str) -> ApiError {
 /// refusal), and the answer every retry replays is stored. Returns the operation after.
 fn finish_operation(
     conn: &mut DbConnection,
-    row: &OperationRow,
-    outcome: &OperationOutcome,
+    row: &CaptureRow,
+    outcome: &CaptureOutcome,
     request: Option<&RequestRef>,
-) -> diesel::QueryResult<OperationRow> {
+) -> diesel::QueryResult<CaptureRow> {
     use diesel::Connection;
     conn.transaction(|conn| {
         let at = now();
@@ -227,7 +227,7 @@ fn finish_operation(
         let mut op = row.clone();
         let capture = op.kind == CAPTURE;
         let answer = match outcome {
-            OperationOutcome::Refused(why) if !is_expiry(&op) => {
+            CaptureOutcome::Refused(why) if !is_expiry(&op) => {
                 rows::let_go(conn, &op.payment_id, &op.id)?;
                 op.status = op.status.move_to(CaptureStatus::Failed)?;
                 let detail = format!("the provider refused: {why}");
@@ -244,8 +244,8 @@ fn finish_operation(
             // refusal means the provider has nothing to cancel, or lets it lapse itself.
             outcome => {
                 op.status = op.status.move_to(match outcome {
-                    OperationOutcome::Done(_) => CaptureStatus::Succeeded,
-                    OperationOutcome::Refused(why) => {
+                    CaptureOutcome::Done(_) => CaptureStatus::Succeeded,
+                    CaptureOutcome::Refused(why) => {
                         tracing::warn!(payment_id = %op.payment_id, reason = %why, "the provider refused to cancel an expired authorization; canceled here all the same");
                         CaptureStatus::Failed
                     }
@@ -306,13 +306,13 @@ pub(super) fn new_claim(
     payment_id: &str,
     key: &str,
     requested: &Requested,
-) -> OperationRow {
+) -> CaptureRow {
     let (kind, amount, reason) = match requested {
         Requested::Capture(c) => (CAPTURE, c.amount.map(|a| a.minor_units()), None),
         Requested::Cancel(c) => (CANCEL, None, c.cancellation_reason.map(|r| r.as_str())),
     };
     let lease = Lease::new(state);
-    OperationRow {
+    CaptureRow {
         id: OperationId::generate(kind).to_string(),
         merchant_id: merchant_id.to_owned(),
         payment_id: payment_id.to_owned(),

@@ -127,7 +127,7 @@ pub enum Requested {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::payment_operations::{CANCEL, CAPTURE};
+    use crate::db::captures::{CANCEL, CAPTURE};
 
     #[test]
     fn bodies_parse_and_refuse_what_they_must() {

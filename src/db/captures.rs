@@ -1,4 +1,5 @@
-//! Captures and cancels of authorized payments, and the hold they take on their payment.
+//! Captures and cancels of authorized payments (table `payment_operations`, one row per
+//! capture or cancel), and the hold they take on their payment.
 //!
 //! At most one capture or cancel ever moves a payment: each claims the authorization with
 //! one guarded update (`operation_id IS NULL AND status = 'requires_capture'`), so of any
@@ -12,7 +13,7 @@ use crate::domain::{CaptureStatus, PaymentStatus, Timestamp};
 
 super::lease::lease_protocol!(
     payment_operations,
-    OperationRow,
+    CaptureRow,
     CaptureStatus::Pending.as_str(),
     provider_charge_id
 );
@@ -25,7 +26,7 @@ const REQUIRES_CAPTURE: PaymentStatus = PaymentStatus::RequiresCapture;
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = payment_operations)]
-pub struct OperationRow {
+pub struct CaptureRow {
     pub id: String,
     pub merchant_id: String,
     pub payment_id: String,
@@ -77,7 +78,7 @@ pub fn find_payment(
 
 /// The claim: the insert whose unique (merchant_id, kind, idempotency_key) decides the
 /// winner. A lost race comes back as `UniqueViolation`.
-pub fn insert(conn: &mut DbConnection, row: &OperationRow) -> QueryResult<()> {
+pub fn insert(conn: &mut DbConnection, row: &CaptureRow) -> QueryResult<()> {
     diesel::insert_into(payment_operations::table)
         .values(row.clone())
         .execute(conn)
@@ -241,18 +242,18 @@ pub fn find_by_idempotency_key(
     merchant_id: &str,
     kind: &str,
     key: &str,
-) -> QueryResult<Option<OperationRow>> {
+) -> QueryResult<Option<CaptureRow>> {
     payment_operations::table
         .filter(payment_operations::merchant_id.eq(super::unplanned(merchant_id)))
         .filter(payment_operations::kind.eq(kind))
         .filter(payment_operations::idempotency_key.eq(key))
-        .select(OperationRow::as_select())
+        .select(CaptureRow::as_select())
         .first(conn)
         .optional()
 }
 
 /// Writes the final state and the answer every retry will replay.
-pub fn finish(conn: &mut DbConnection, row: &OperationRow) -> QueryResult<bool> {
+pub fn finish(conn: &mut DbConnection, row: &CaptureRow) -> QueryResult<bool> {
     diesel::update(
         payment_operations::table
             .filter(payment_operations::id.eq(&row.id))
