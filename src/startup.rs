@@ -14,9 +14,8 @@ use crate::db::{self, DatabaseTarget, Db, merchants};
 use crate::idempotency::{FinalAnswers, InFlight};
 use crate::operations::Recovery;
 use crate::payments::CreatePayment;
-use crate::provider::{
-    HttpProvider, InProcessProvider, PaymentProvider, RetryPolicy, Simulator, WebhookDelivery,
-};
+use crate::provider::sim::{InProcessProvider, RetryPolicy, Simulator, WebhookDelivery};
+use crate::provider::{HttpProvider, PaymentProvider};
 use crate::rate_limit::RateLimits;
 use crate::refunds::CreateRefund;
 use crate::routes;

@@ -21,7 +21,7 @@ use std::time::Duration;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use payments_api::db::{DbConnection, Pool};
-use payments_api::provider::Simulator;
+use payments_api::provider::sim::Simulator;
 use payments_api::routes::ROUTES;
 use payments_api::webhooks::{WebhookSecret, sign};
 use proptest::collection::vec;
