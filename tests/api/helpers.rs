@@ -15,8 +15,9 @@ use payments_api::db::{
     DatabaseTarget, merchants, payments as payment_rows, refunds as refund_rows,
 };
 use payments_api::domain::new_api_key;
-use payments_api::provider::sim_server::{self, Faults};
-use payments_api::provider::{ProviderRefund, Simulator};
+use payments_api::provider::ProviderRefund;
+use payments_api::provider::sim::Simulator;
+use payments_api::provider::sim::server::{self as sim_server, Faults};
 use payments_api::startup::Application;
 use payments_api::state::AppState;
 use serde_json::Value;

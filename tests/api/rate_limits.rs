@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use payments_api::db::{merchants, payments as payment_rows};
-use payments_api::webhooks::{WebhookSecret, sign};
+use payments_api::inbound::{WebhookSecret, sign};
 use serde_json::json;
 
 use crate::helpers::{TEST_WEBHOOK_SECRET, TestApp, TestResponse, spawn_app_with, visa};

@@ -7,10 +7,11 @@ use diesel::connection::SimpleConnection;
 use futures_util::future::join_all;
 use payments_api::db::webhook_events::{self, WebhookEventRow};
 use payments_api::domain::now;
-use payments_api::provider::webhook_delivery;
-use payments_api::provider::{Charge, ProviderStatus, RetryPolicy, WebhookDelivery};
+use payments_api::inbound::{self, SignedHeaders, WebhookSecret, sign};
+use payments_api::provider::sim::webhooks as webhook_delivery;
+use payments_api::provider::sim::{RetryPolicy, WebhookDelivery};
+use payments_api::provider::{Charge, ProviderStatus};
 use payments_api::signing as signature;
-use payments_api::webhooks::{self, SignedHeaders, WebhookSecret, sign};
 use serde_json::{Value, json};
 
 use crate::helpers::{
@@ -530,7 +531,7 @@ async fn event_ids_older_than_30_days_are_pruned_and_newer_kept() {
             .await
             .unwrap();
     }
-    let deleted = webhooks::prune_expired_events(&app.state.db, now)
+    let deleted = inbound::prune_expired_events(&app.state.db, now)
         .await
         .unwrap();
     assert_eq!(deleted, 2);

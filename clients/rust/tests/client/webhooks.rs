@@ -3,7 +3,7 @@
 
 use std::time::SystemTime;
 
-use payments_api::webhooks::{WebhookSecret, sign};
+use payments_api::inbound::{WebhookSecret, sign};
 use payments_client::{
     CreatePayment, EventType, PaymentStatus, WebhookError, WebhookHeaders, WebhookVerifier,
 };

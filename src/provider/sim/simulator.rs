@@ -1,165 +1,17 @@
-//! The simulated provider: the test payment methods of the contract, deduplication by
-//! idempotency key, and a ledger of the money it moved that tests can read.
+//! The simulated provider's calls: charges by the test payment methods, captures, cancels
+//! and refunds, each once per idempotency key, and the ledger of the money moved that tests
+//! can read.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Mutex, MutexGuard};
 
-use futures_util::future::LocalBoxFuture;
-
-use super::journal::{Journal, Text};
-use super::webhook_delivery::{WebhookDelivery, charge_event};
-use super::{
-    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, PaymentProvider, ProviderError,
-    ProviderRefund, ProviderStatus, RefundRequest,
+use super::cards::{decide, decide_async, held_unless_captured};
+use super::ledger::{ChargeMove, Ledger, StoredCharge};
+use crate::provider::protocol::{
+    Charge, ChargeRequest, ChargeUpdate, ProviderRefund, ProviderStatus, RefundRequest,
 };
 
-#[derive(Default)]
-struct Ledger {
-    charges: Journal<StoredCharge>,
-    /// The charge at position `n` has id number `first_charge + n`.
-    first_charge: FirstCharge,
-    /// Every charge call, including those answered from the idempotency record.
-    charge_calls: u64,
-    /// Payment method and capture flag of each pending charge, by charge id: decide how it
-    /// completes.
-    pending_methods: HashMap<String, (String, bool)>,
-    refunds: Journal<ProviderRefund>,
-    /// What was refunded of a charge (by position), and what a partial capture charged:
-    /// a refund never returns more than was taken.
-    refunded: HashMap<usize, i64>,
-    partly_captured: HashMap<usize, i64>,
-    /// Every refund call, including those answered from the idempotency record.
-    refund_calls: u64,
-    /// Captures and cancels that moved a charge, in order (one per idempotency key).
-    captures: Vec<ChargeUpdate>,
-    cancels: Vec<ChargeUpdate>,
-    /// The first answer to each capture or cancel key, refusals included.
-    updates: Journal<Result<ChargeUpdate, String>>,
-    /// Every capture and cancel call, including those answered from the idempotency record.
-    capture_calls: u64,
-    cancel_calls: u64,
-}
-
-/// Random for each ledger, so that charge ids of an earlier process, still in the database,
-/// are not given out again.
-struct FirstCharge(u128);
-
-impl Default for FirstCharge {
-    fn default() -> Self {
-        Self(uuid::Uuid::new_v4().as_u128())
-    }
-}
-
-/// Why a charge failed: (code, message).
-type Failure = &'static (&'static str, &'static str);
-const CARD_DECLINED: Failure = &("card_declined", "Your card was declined.");
-const INSUFFICIENT_FUNDS: Failure = &("insufficient_funds", "Your card has insufficient funds.");
-const INVALID_PAYMENT_METHOD: Failure =
-    &("invalid_payment_method", "The payment method is not valid.");
-
-/// A charge as the ledger keeps it, in 40 bytes (the simulator keeps every charge it made):
-/// its id from its position, its strings in the journal (the reference shares the key's
-/// text when they are the same, as they are for the service's charges).
-struct StoredCharge {
-    status: ProviderStatus,
-    amount: i64,
-    currency: Text,
-    reference: Text,
-    failure: Option<Failure>,
-}
-
-impl Ledger {
-    fn charge_id(&self, position: usize) -> String {
-        let number = self.first_charge.0.wrapping_add(position as u128);
-        format!("ch_{}", uuid::Uuid::from_u128(number).simple())
-    }
-
-    /// The position of the charge with id `charge_id`.
-    fn charge_position(&self, charge_id: &str) -> Option<usize> {
-        let number = uuid::Uuid::try_parse(charge_id.strip_prefix("ch_")?)
-            .ok()?
-            .as_u128();
-        let position = usize::try_from(number.wrapping_sub(self.first_charge.0)).ok()?;
-        // A charge it made, by exactly the id it gave out (not another spelling of it).
-        (position < self.charges.len() && self.charge_id(position) == charge_id).then_some(position)
-    }
-
-    /// Why a refund cannot be made (its failure code), if it cannot: only money a charge
-    /// took can go back, once.
-    fn refusal_of(&self, request: &RefundRequest) -> Option<&'static str> {
-        let Some(position) = self.charge_position(&request.charge) else {
-            return Some("charge_not_found");
-        };
-        let charge = self.charges.at(position);
-        if charge.status != ProviderStatus::Succeeded {
-            return Some("charge_not_captured");
-        }
-        let taken = self
-            .partly_captured
-            .get(&position)
-            .copied()
-            .unwrap_or(charge.amount);
-        let refunded = self.refunded.get(&position).copied().unwrap_or(0);
-        (request.amount < 1 || refunded + request.amount > taken).then_some("amount_too_large")
-    }
-
-    /// Captures or cancels the authorized charge `charge_id`, or says why not.
-    fn move_charge(&mut self, charge_id: &str, change: ChargeMove) -> Result<ChargeUpdate, String> {
-        let position = self
-            .charge_position(charge_id)
-            .ok_or_else(|| format!("no such charge: {charge_id}"))?;
-        let charge = self.charges.at(position);
-        if charge.status != ProviderStatus::RequiresCapture {
-            return Err(format!(
-                "charge {charge_id} is not capturable (status {:?})",
-                charge.status
-            ));
-        }
-        let (status, amount_captured) = match change {
-            ChargeMove::Capture(amount) if amount < 1 || amount > charge.amount => {
-                return Err(format!(
-                    "cannot capture {amount} of an authorization of {}",
-                    charge.amount
-                ));
-            }
-            ChargeMove::Capture(amount) => (ProviderStatus::Succeeded, Some(amount)),
-            ChargeMove::Cancel => (ProviderStatus::Canceled, None),
-        };
-        let reference = self.charges.text(charge.reference).to_owned();
-        if let Some(captured) = amount_captured.filter(|captured| *captured < charge.amount) {
-            self.partly_captured.insert(position, captured);
-        }
-        self.charges.at_mut(position).status = status;
-        Ok(ChargeUpdate {
-            id: charge_id.to_owned(),
-            status,
-            amount_captured,
-            reference,
-        })
-    }
-
-    fn charge_at(&self, position: usize) -> Charge {
-        let c = self.charges.at(position);
-        Charge {
-            id: self.charge_id(position),
-            status: c.status,
-            amount: c.amount,
-            currency: self.charges.text(c.currency).to_owned(),
-            reference: self.charges.text(c.reference).to_owned(),
-            failure_code: c.failure.map(|(code, _)| (*code).to_owned()),
-            failure_message: c.failure.map(|(_, message)| (*message).to_owned()),
-        }
-    }
-}
-
-/// What a capture or cancel does to an authorized charge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChargeMove {
-    Capture(i64),
-    Cancel,
-}
-
+/// The simulated payment provider: what it answers each call, and everything it did, for
+/// tests to read. Shared by the in-process provider and the `provider-sim` server.
 #[derive(Default)]
 pub struct Simulator {
     ledger: Mutex<Ledger>,
@@ -176,34 +28,13 @@ impl Simulator {
         self.ledger.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The outcome the simulator gives a payment method.
-    fn decide(payment_method: &str) -> (ProviderStatus, Option<Failure>) {
-        match payment_method {
-            "pm_card_visa" | "pm_card_mastercard" | "pm_card_amex" => {
-                (ProviderStatus::Succeeded, None)
-            }
-            "pm_card_declined" => (ProviderStatus::Failed, Some(CARD_DECLINED)),
-            "pm_card_insufficient_funds" => (ProviderStatus::Failed, Some(INSUFFICIENT_FUNDS)),
-            "pm_card_async" | "pm_card_async_declined" => (ProviderStatus::Pending, None),
-            _ => (ProviderStatus::Failed, Some(INVALID_PAYMENT_METHOD)),
-        }
-    }
-
-    /// How a pending (async) charge completes: `pm_card_async_declined` fails, others succeed.
-    fn decide_async(payment_method: &str) -> (ProviderStatus, Option<Failure>) {
-        match payment_method {
-            "pm_card_async_declined" => (ProviderStatus::Failed, Some(CARD_DECLINED)),
-            _ => (ProviderStatus::Succeeded, None),
-        }
-    }
-
     /// Completes a pending charge, once: returns the finished charge to announce by webhook,
     /// or `None` if it is unknown or was completed already.
     pub fn complete_pending(&self, charge_id: &str) -> Option<Charge> {
         let mut ledger = self.ledger();
         let (method, capture) = ledger.pending_methods.remove(charge_id)?;
-        let (status, failure) = Self::decide_async(&method);
-        let status = Self::held_unless_captured(status, capture);
+        let (status, failure) = decide_async(&method);
+        let status = held_unless_captured(status, capture);
         let position = ledger.charge_position(charge_id)?;
         let charge = ledger.charges.at_mut(position);
         charge.status = status;
@@ -218,7 +49,7 @@ impl Simulator {
         if let Some(position) = ledger.charges.position(idempotency_key) {
             return ledger.charge_at(position);
         }
-        let (status, failure) = Self::decide(&request.payment_method);
+        let (status, failure) = decide(&request.payment_method);
         let key = ledger.charges.keep(idempotency_key);
         let reference = if request.reference == idempotency_key {
             key
@@ -226,7 +57,7 @@ impl Simulator {
             ledger.charges.keep(&request.reference)
         };
         let stored = StoredCharge {
-            status: Self::held_unless_captured(status, request.capture),
+            status: held_unless_captured(status, request.capture),
             amount: request.amount,
             currency: ledger.charges.keep(&request.currency),
             reference,
@@ -242,15 +73,6 @@ impl Simulator {
         }
         charge
     }
-
-    /// An approval without capture is an authorization.
-    fn held_unless_captured(status: ProviderStatus, capture: bool) -> ProviderStatus {
-        match status {
-            ProviderStatus::Succeeded if !capture => ProviderStatus::RequiresCapture,
-            other => other,
-        }
-    }
-
     /// Captures (part of) or cancels an authorized charge, once per idempotency key: the
     /// same key again returns the first answer, refusal included. Refused (as a provider's
     /// 409) when the charge is unknown, not authorized any more, or asked for more than it
@@ -350,129 +172,6 @@ impl Simulator {
     /// How many refund calls arrived, replays included.
     pub fn refund_calls(&self) -> u64 {
         self.ledger().refund_calls
-    }
-}
-
-/// The simulator inside the service's process, with an optional latency per call. With
-/// webhooks configured, pending charges complete after `async_delay` and are announced by
-/// a signed webhook, as a real provider would.
-pub struct InProcessProvider {
-    simulator: Arc<Simulator>,
-    latency: Duration,
-    webhooks: Option<(Arc<WebhookDelivery>, Duration)>,
-}
-
-impl InProcessProvider {
-    pub fn new(simulator: Arc<Simulator>, latency: Duration) -> Self {
-        Self {
-            simulator,
-            latency,
-            webhooks: None,
-        }
-    }
-
-    pub fn with_webhooks(mut self, delivery: WebhookDelivery, async_delay: Duration) -> Self {
-        self.webhooks = Some((Arc::new(delivery), async_delay));
-        self
-    }
-
-    /// Completes a pending charge after the delay and delivers its webhook. Every call for
-    /// a pending charge schedules one, but only the first to complete it sends anything.
-    fn complete_later(&self, charge_id: String) {
-        let Some((delivery, delay)) = self.webhooks.clone() else {
-            return;
-        };
-        let simulator = self.simulator.clone();
-        actix_web::rt::spawn(async move {
-            actix_web::rt::time::sleep(delay).await;
-            let Some(event) = simulator
-                .complete_pending(&charge_id)
-                .as_ref()
-                .and_then(charge_event)
-            else {
-                return;
-            };
-            if let Err(e) = delivery.deliver(&event).await {
-                tracing::error!(error = %e, "simulator gave up delivering a webhook");
-            }
-        });
-    }
-}
-
-impl PaymentProvider for InProcessProvider {
-    fn create_charge<'a>(
-        &'a self,
-        idempotency_key: &'a str,
-        request: &'a ChargeRequest,
-    ) -> LocalBoxFuture<'a, Result<Charge, ProviderError>> {
-        Box::pin(async move {
-            // The money moves first, the answer takes its time: a request that dies while
-            // waiting has already charged, which is what recovery must cope with.
-            let charge = self.simulator.charge(idempotency_key, request);
-            if charge.status == ProviderStatus::Pending {
-                self.complete_later(charge.id.clone());
-            }
-            if !self.latency.is_zero() {
-                actix_web::rt::time::sleep(self.latency).await;
-            }
-            Ok(charge)
-        })
-    }
-
-    fn create_refund<'a>(
-        &'a self,
-        idempotency_key: &'a str,
-        request: &'a RefundRequest,
-    ) -> LocalBoxFuture<'a, Result<ProviderRefund, ProviderError>> {
-        Box::pin(async move {
-            // As for charges: the money moves first, then the answer takes its time.
-            let refund = self.simulator.refund(idempotency_key, request);
-            if !self.latency.is_zero() {
-                actix_web::rt::time::sleep(self.latency).await;
-            }
-            Ok(refund)
-        })
-    }
-
-    fn capture_charge<'a>(
-        &'a self,
-        idempotency_key: &'a str,
-        charge_id: &'a str,
-        request: &'a CaptureRequest,
-    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
-        self.update_later(
-            idempotency_key,
-            charge_id,
-            ChargeMove::Capture(request.amount),
-        )
-    }
-
-    fn cancel_charge<'a>(
-        &'a self,
-        idempotency_key: &'a str,
-        charge_id: &'a str,
-    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
-        self.update_later(idempotency_key, charge_id, ChargeMove::Cancel)
-    }
-}
-
-impl InProcessProvider {
-    /// As for charges: the money moves first, then the answer takes its time.
-    fn update_later<'a>(
-        &'a self,
-        idempotency_key: &'a str,
-        charge_id: &'a str,
-        change: ChargeMove,
-    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
-        Box::pin(async move {
-            let answer = self
-                .simulator
-                .update_charge(idempotency_key, charge_id, change);
-            if !self.latency.is_zero() {
-                actix_web::rt::time::sleep(self.latency).await;
-            }
-            answer.map_err(ProviderError::Refused)
-        })
     }
 }
 

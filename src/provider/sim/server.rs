@@ -15,9 +15,11 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{
-    CaptureRequest, ChargeRequest, InProcessProvider, PaymentProvider, ProviderError,
-    RefundRequest, Simulator, WebhookDelivery,
+use super::in_process::InProcessProvider;
+use super::simulator::Simulator;
+use super::webhooks::WebhookDelivery;
+use crate::provider::protocol::{
+    CaptureRequest, ChargeRequest, PaymentProvider, ProviderError, RefundRequest,
 };
 
 /// Fault injection. Rates apply to every call; the `*_next` counters and `down` let tests

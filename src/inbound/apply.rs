@@ -1,98 +1,20 @@
-//! Inbound provider webhooks: only signed events are trusted, and each event is applied
-//! exactly once.
-//!
-//! ```text
-//! POST /v1/webhooks/provider ─▶ body ≤ 64 KiB ─▶ verify signature on the raw bytes (401)
-//!   ─▶ parse the event ─▶ one transaction: INSERT webhook_events(id) ; apply the effect
-//!        │                                  (UPDATE payments … WHERE status='processing')
-//!        └─ unique violation ─▶ rolled back ─▶ same body hash? 200 duplicate : 409 conflict
-//! ```
+//! Applying a recorded event, inside the transaction that recorded it: a payment or refund
+//! still in flight is finished through the same functions every other path uses, and an
+//! event that contradicts what we know is recorded and changes nothing.
 
-use std::time::Duration;
-
-use serde::Deserialize;
-
-use crate::body::parse_json;
+use crate::db::DbConnection;
 use crate::db::payments::{self as payment_rows, PaymentRow};
 use crate::db::refunds as refund_rows;
-use crate::db::webhook_events::{self as events, Recorded, WebhookEventRow};
-use crate::db::{Db, DbConnection, DbError};
-use crate::domain::{RefundStatus, Timestamp, now, sha256_hex};
-use crate::error::ApiError;
-use crate::metrics::{self, WebhookOutcome};
+use crate::domain::{RefundStatus, Timestamp};
 use crate::payments::{CaptureMethod, Charged, PaymentStatus, final_state};
 use crate::provider::{Charge, ProviderStatus};
 use crate::refunds::{self, OutcomeApplied, RefundOutcome};
-use crate::state::AppState;
 
-use crate::signing;
-pub use crate::signing::{SignedHeaders, WebhookSecret, sign};
-
-/// Event ids are kept at least this long: a redelivery within it is recognised.
-pub const RETENTION: chrono::TimeDelta = chrono::TimeDelta::days(30);
-/// How often expired event ids are pruned, and how many rows one statement deletes.
-pub const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
-pub const PRUNE_BATCH: i64 = 1000;
-/// The first prune runs shortly after start, so frequent restarts still prune.
-const PRUNE_FIRST_DELAY: Duration = Duration::from_secs(60);
-
-/// What the endpoint answers: `{"received": true, "duplicate": …}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Receipt {
-    pub duplicate: bool,
-}
-
-/// The envelope every provider event shares. Unknown fields are allowed: the provider
-/// may add some, and the signature already vouches for the content.
-#[derive(Debug, Deserialize)]
-struct Envelope {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    data: serde_json::Value,
-}
-
-/// `data` of `charge.succeeded` / `charge.failed`.
-#[derive(Debug, Clone, Deserialize)]
-struct ChargeData {
-    charge_id: String,
-    /// Our payment id.
-    reference: String,
-    amount: Option<i64>,
-    currency: Option<String>,
-    failure_code: Option<String>,
-    failure_message: Option<String>,
-}
-
-/// `data` of `refund.succeeded` / `refund.failed`.
-#[derive(Debug, Clone, Deserialize)]
-struct RefundData {
-    refund_id: Option<String>,
-    /// Our refund id.
-    reference: String,
-    charge_id: Option<String>,
-    amount: Option<i64>,
-    failure_code: Option<String>,
-}
-
-/// What an event asks for, decided before the database is touched.
-#[derive(Debug)]
-enum Effect {
-    FinishPayment {
-        status: ProviderStatus,
-        data: ChargeData,
-    },
-    FinishRefund {
-        succeeded: bool,
-        data: RefundData,
-    },
-    /// Recorded and answered 200, nothing else: retrying would not make it applicable.
-    Ignore(&'static str),
-}
+use super::event::{ChargeData, Effect, RefundData};
 
 /// What applying an effect did, for the log.
 #[derive(Debug)]
-enum Applied {
+pub(super) enum Applied {
     PaymentFinished {
         payment_id: String,
         status: PaymentStatus,
@@ -129,105 +51,12 @@ enum Applied {
     Ignored(&'static str),
 }
 
-fn effect_of(envelope: Envelope) -> Effect {
-    let status = match envelope.kind.as_str() {
-        "charge.succeeded" => ProviderStatus::Succeeded,
-        "charge.failed" => ProviderStatus::Failed,
-        "charge.requires_capture" => ProviderStatus::RequiresCapture,
-        kind @ ("refund.succeeded" | "refund.failed") => {
-            return match serde_json::from_value::<RefundData>(envelope.data) {
-                Ok(data) => Effect::FinishRefund {
-                    succeeded: kind == "refund.succeeded",
-                    data,
-                },
-                Err(_) => Effect::Ignore("refund event data is malformed"),
-            };
-        }
-        _ => return Effect::Ignore("unknown event type"),
-    };
-    match serde_json::from_value::<ChargeData>(envelope.data) {
-        Ok(data) => Effect::FinishPayment { status, data },
-        Err(_) => Effect::Ignore("charge event data is malformed"),
-    }
-}
-
-/// Verifies, records and applies one delivery. `body` is the raw body, unparsed.
-pub async fn receive_provider_event(
-    state: &AppState,
-    headers: SignedHeaders<'_>,
-    body: &[u8],
-) -> Result<Receipt, ApiError> {
-    let outcome = receive(state, headers, body).await;
-    metrics::webhook(match &outcome {
-        Ok(Receipt { duplicate: false }) => WebhookOutcome::Accepted,
-        Ok(Receipt { duplicate: true }) => WebhookOutcome::Duplicate,
-        Err(_) => WebhookOutcome::Rejected,
-    });
-    outcome
-}
-
-async fn receive(
-    state: &AppState,
-    headers: SignedHeaders<'_>,
-    body: &[u8],
-) -> Result<Receipt, ApiError> {
-    let secrets = signing::parse_secrets(&state.settings.webhook_secrets);
-    let id = signing::verify(&secrets, headers, body, chrono::Utc::now().timestamp())
-        .map_err(|e| {
-            tracing::warn!(reason = e.reason(), "webhook refused");
-            ApiError::InvalidSignature(e.reason())
-        })?
-        .to_owned();
-
-    // The same parser (and text rule) as every other request body: a signed event is
-    // still input, and a NUL in it would make the database refuse the event forever.
-    let envelope: Envelope =
-        serde_json::from_value(parse_json(body)?).map_err(|_| ApiError::InvalidRequest {
-            detail: "the event is not a JSON object with a string `type`".to_owned(),
-            param: None,
-        })?;
-    let event = WebhookEventRow {
-        id: id.clone(),
-        body_sha256: sha256_hex(body),
-        event_type: envelope.kind.chars().take(255).collect(),
-        received_at: now(),
-    };
-    let event_type = event.event_type.clone();
-    let effect = effect_of(envelope);
-
-    let stored = event.clone();
-    let recorded = state
-        .db
-        .run(move |conn| {
-            events::record_and_apply(conn, &stored, |conn| {
-                apply(conn, effect, stored.received_at)
-            })
-        })
-        .await
-        .map_err(|e| {
-            // Rolled back: neither the event nor its effect is stored, and the 5xx makes
-            // the provider deliver it again.
-            tracing::error!(webhook_id = %id, %event_type, error = %e, "webhook not applied");
-            ApiError::from(e)
-        })?;
-    match recorded {
-        Recorded::Applied(applied) => {
-            log_applied(&id, &event_type, &applied);
-            Ok(Receipt { duplicate: false })
-        }
-        Recorded::AlreadyRecorded(existing) if existing.body_sha256 == event.body_sha256 => {
-            tracing::info!(webhook_id = %id, %event_type, "webhook redelivered; already applied");
-            Ok(Receipt { duplicate: true })
-        }
-        Recorded::AlreadyRecorded(_) => {
-            tracing::warn!(webhook_id = %id, %event_type, "webhook id reused with a different body");
-            Err(ApiError::WebhookIdConflict)
-        }
-    }
-}
-
 /// Runs inside the transaction that recorded the event: an error rolls back both.
-fn apply(conn: &mut DbConnection, effect: Effect, at: Timestamp) -> diesel::QueryResult<Applied> {
+pub(super) fn apply(
+    conn: &mut DbConnection,
+    effect: Effect,
+    at: Timestamp,
+) -> diesel::QueryResult<Applied> {
     match effect {
         Effect::FinishPayment { status, data } => finish_payment(conn, status, data, at),
         Effect::FinishRefund { succeeded, data } => finish_refund(conn, succeeded, data),
@@ -387,7 +216,7 @@ fn refund_mismatch(
     Ok(None)
 }
 
-fn log_applied(id: &str, event_type: &str, applied: &Applied) {
+pub(super) fn log_applied(id: &str, event_type: &str, applied: &Applied) {
     match applied {
         Applied::PaymentFinished { payment_id, status } => {
             tracing::info!(webhook_id = %id, %event_type, %payment_id, %status, "payment finished by webhook");
@@ -425,43 +254,4 @@ fn log_applied(id: &str, event_type: &str, applied: &Applied) {
             tracing::info!(webhook_id = %id, %event_type, reason = why, "webhook recorded only");
         }
     }
-}
-
-/// Deletes event ids older than [`RETENTION`], [`PRUNE_BATCH`] rows at a time, so no
-/// single statement holds locks for long. Returns how many went.
-pub async fn prune_expired_events(db: &Db, now: Timestamp) -> Result<usize, DbError> {
-    let cutoff = now - RETENTION;
-    let mut total = 0;
-    loop {
-        let deleted = db
-            .run(move |conn| events::delete_received_before(conn, cutoff, PRUNE_BATCH))
-            .await?;
-        total += deleted;
-        if deleted < usize::try_from(PRUNE_BATCH).unwrap_or(usize::MAX) {
-            return Ok(total);
-        }
-    }
-}
-
-/// Prunes the recorded webhook ids past [`RETENTION`] shortly after start, then every
-/// [`PRUNE_INTERVAL`].
-pub fn spawn_retention_task(state: &AppState) {
-    let db = state.db.clone();
-    state.shutdown.spawn_periodic(
-        "webhook-retention",
-        PRUNE_FIRST_DELAY,
-        PRUNE_INTERVAL,
-        move || {
-            let db = db.clone();
-            async move {
-                match prune_expired_events(&db, now()).await {
-                    Ok(0) => {}
-                    Ok(deleted) => tracing::info!(deleted, "expired webhook event ids pruned"),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "pruning webhook event ids failed; will retry")
-                    }
-                }
-            }
-        },
-    );
 }

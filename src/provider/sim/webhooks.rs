@@ -1,13 +1,13 @@
-//! The provider's side of webhooks: building a signed event and POSTing it until the
-//! receiver answers 2xx (exponential backoff, bounded). Used by the in-process simulator,
-//! and meant for the `provider-sim` HTTP binary as well.
+//! The simulated provider's side of webhooks: building a signed event and POSTing it until
+//! the receiver answers 2xx (exponential backoff, bounded). Used by the in-process simulator
+//! and by the `provider-sim` HTTP server alike.
 
 use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Charge, ProviderStatus};
 use crate::domain::format_timestamp;
+use crate::provider::protocol::{Charge, ProviderStatus};
 use crate::signing::{WebhookSecret, sign};
 
 /// One event as sent: its id (`webhook-id`) and its exact body.

@@ -1,9 +1,12 @@
+//! `POST /v1/webhooks/provider`: the webhooks the payment provider sends us, read and handed
+//! to [`crate::inbound`].
+
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::input::read_body;
 use crate::error::ApiError;
+use crate::inbound::{self, SignedHeaders};
 use crate::state::AppState;
-use crate::webhooks::{self, SignedHeaders};
 
 /// The payment provider's events: authenticated by their signature, not by an API key.
 /// Standard Webhooks v1: `webhook-signature` holds `v1,<base64 HMAC-SHA256>` entries over
@@ -36,7 +39,7 @@ pub async fn provider(
         timestamp: single_header(&req, "webhook-timestamp")?,
         signature: single_header(&req, "webhook-signature")?,
     };
-    let receipt = webhooks::receive_provider_event(&state, headers, &body).await?;
+    let receipt = inbound::receive_provider_event(&state, headers, &body).await?;
     Ok(HttpResponse::Ok().json(Received {
         received: true,
         duplicate: receipt.duplicate,
