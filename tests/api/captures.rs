@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 
-use crate::helpers::{
+use crate::support::{
     ScriptedProvider, ServiceProcess, TestApp, TestDatabase, TestResponse, provider_answer,
     spawn_app, spawn_app_with, spawn_app_with_provider, spawn_app_with_provider_url,
     spawn_provider, test_client,

@@ -11,7 +11,7 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 
-use crate::helpers::{
+use crate::support::{
     TestApp, TestDatabase, TestResponse, spawn_app, spawn_app_with, spawn_cluster, spawn_provider,
     test_client, visa,
 };
@@ -1301,7 +1301,7 @@ async fn a_delivery_in_flight_when_the_instance_is_killed_arrives_after_the_rest
         ("WEBHOOK_ALLOW_PRIVATE_URLS", "true".to_owned()),
         ("WEBHOOK_TIMEOUT_MS", "2000".to_owned()),
     ];
-    let mut service = crate::helpers::ServiceProcess::start(&env).await;
+    let mut service = crate::support::ServiceProcess::start(&env).await;
     let client = test_client();
     let auth = format!("Bearer {key}");
     let created: Value = client
@@ -1327,7 +1327,7 @@ async fn a_delivery_in_flight_when_the_instance_is_killed_arrives_after_the_rest
         .await;
     service.kill_9();
 
-    let restarted = crate::helpers::ServiceProcess::start(&env).await;
+    let restarted = crate::support::ServiceProcess::start(&env).await;
     let received = receiver
         .wait_for("the attempt after the restart", |r| r.len() == 2)
         .await;

@@ -11,7 +11,7 @@ use payments_api::db::payments as payment_rows;
 use payments_api::events;
 use serde_json::{Value, json};
 
-use crate::helpers::{
+use crate::support::{
     TestApp, TestResponse, spawn_app, spawn_app_with, spawn_app_with_provider, spawn_cluster,
     spawn_provider, visa,
 };

@@ -29,7 +29,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Map, Value, json};
 
-use crate::helpers::{TEST_WEBHOOK_SECRET, TestApp, spawn_app_with};
+use crate::support::{TEST_WEBHOOK_SECRET, TestApp, spawn_app_with};
 
 /// Generated cases per slot (a field, key, parameter, header or path segment of a route):
 /// about 60 slots today, so a few hundred requests per backend.
@@ -397,7 +397,7 @@ fn percent_encode(bytes: &[u8]) -> String {
 /// held open for ever, and stores nothing.
 #[actix_web::test]
 async fn a_body_that_never_arrives_is_answered_and_stores_nothing() {
-    let app = crate::helpers::spawn_app().await;
+    let app = crate::support::spawn_app().await;
     let address = app.address.trim_start_matches("http://").to_owned();
     let request = format!(
         "POST /v1/payments HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
@@ -741,7 +741,7 @@ async fn target_of(app: &TestApp) -> Target {
     // A payment to address in paths, large enough for every refund a case may make.
     let key = format!("hostile-base-{}", uuid::Uuid::new_v4().simple());
     let created = app
-        .post_payment(&key, &crate::helpers::visa(99_999_999))
+        .post_payment(&key, &crate::support::visa(99_999_999))
         .await;
     assert_eq!(created.status, 201, "{}", created.text());
     Target {

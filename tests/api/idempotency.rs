@@ -4,7 +4,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use serde_json::json;
 
-use crate::helpers::{spawn_app, spawn_app_with, visa};
+use crate::support::{spawn_app, spawn_app_with, visa};
 
 #[actix_web::test]
 async fn a_hundred_concurrent_identical_requests_charge_once_and_answer_alike() {

@@ -14,7 +14,7 @@ use payments_api::routes::ROUTES;
 use payments_api::startup::Application;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestDatabase, spawn_app, spawn_app_with, test_settings, visa};
+use crate::support::{TestDatabase, spawn_app, spawn_app_with, test_settings, visa, wait_until};
 
 // ---------------------------------------------------------------------------------------
 // Health
@@ -44,7 +44,7 @@ fn series(text: &str, name_and_labels: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-async fn scrape(app: &crate::helpers::TestApp) -> String {
+async fn scrape(app: &crate::support::TestApp) -> String {
     let response = app.request("GET", "/metrics", &[], Vec::new()).await;
     assert_eq!(response.status, 200, "{}", response.text());
     assert!(
@@ -1019,7 +1019,7 @@ impl Drop for PgSchema {
 /// whichever backend the rest of the suite runs on. `None` (and a note) without PostgreSQL.
 pub(crate) async fn app_behind_proxy(
     configure: impl FnOnce(&mut payments_api::config::Settings),
-) -> Option<(crate::helpers::TestApp, Proxy, PgSchema)> {
+) -> Option<(crate::support::TestApp, Proxy, PgSchema)> {
     let (proxy, pg_schema, proxied) = postgres_behind_proxy()?;
     let app = spawn_app_with(move |s| {
         s.database_url = proxied;
@@ -1047,7 +1047,9 @@ pub(crate) fn postgres_behind_proxy() -> Option<(Proxy, PgSchema, String)> {
             panic!("no PostgreSQL at {base_url} for the database-down test: {e}")
         }
         Err(e) => {
-            eprintln!("SKIPPED database-down test: no PostgreSQL at {base_url} ({e})");
+            crate::support::skip(&format!(
+                "the database-down tests need a PostgreSQL: none at {base_url} ({e})"
+            ));
             return None;
         }
     };
@@ -1071,23 +1073,28 @@ pub(crate) fn postgres_behind_proxy() -> Option<(Proxy, PgSchema, String)> {
 /// Cuts the database once the provider has been called: the claim is committed, the
 /// provider's answer not yet stored.
 async fn cut_once_called(proxy: &Proxy, called: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !called() {
-        assert!(Instant::now() < deadline, "the provider was never called");
-        actix_web::rt::time::sleep(Duration::from_millis(10)).await;
-    }
+    let called = &called;
+    wait_until(
+        Duration::from_secs(60),
+        "the provider is called",
+        || async move { called() },
+    )
+    .await;
     proxy.cut();
 }
 
-async fn wait_until_ready(app: &crate::helpers::TestApp) {
-    for _ in 0..120 {
-        let ready = app.request("GET", "/health/ready", &[], Vec::new()).await;
-        if ready.status == 200 {
-            return;
-        }
-        actix_web::rt::time::sleep(Duration::from_millis(250)).await;
-    }
-    panic!("the service did not recover");
+async fn wait_until_ready(app: &crate::support::TestApp) {
+    wait_until(
+        Duration::from_secs(30),
+        "the service recovers: /health/ready answers 200",
+        || async {
+            app.request("GET", "/health/ready", &[], Vec::new())
+                .await
+                .status
+                == 200
+        },
+    )
+    .await;
 }
 
 #[actix_web::test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use serde_json::Value;
 
-use crate::helpers::{
+use crate::support::{
     ServiceProcess, TestApp, TestDatabase, spawn_app_with_provider, spawn_cluster, spawn_provider,
     test_client, visa,
 };

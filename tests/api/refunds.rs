@@ -13,7 +13,7 @@ use payments_api::provider::{
 use payments_api::refunds::{self, NewRefund, OutcomeApplied, RefundOutcome};
 use serde_json::json;
 
-use crate::helpers::{TestApp, spawn_app, spawn_app_with};
+use crate::support::{TestApp, spawn_app, spawn_app_with};
 
 #[actix_web::test]
 async fn a_refund_without_amount_refunds_everything_once() {
@@ -469,7 +469,7 @@ async fn concurrent_refunds_of_what_is_left_refund_it_once() {
 async fn payment_and_refund_keys_are_separate_scopes() {
     let app = spawn_app().await;
     let first = app
-        .post_payment("shared-key", &crate::helpers::visa(800))
+        .post_payment("shared-key", &crate::support::visa(800))
         .await;
     assert_eq!(first.status, 201);
     let payment_id = first.json()["id"].as_str().unwrap().to_owned();

@@ -13,7 +13,7 @@ use payments_api::signing as signature;
 use payments_api::webhooks::{self, SignedHeaders, WebhookSecret, sign};
 use serde_json::{Value, json};
 
-use crate::helpers::{
+use crate::support::{
     ScriptedProvider, TEST_WEBHOOK_SECRET, TestApp, TestResponse, provider_answer, spawn_app,
     spawn_app_with, spawn_app_with_provider, spawn_app_with_provider_url, spawn_provider,
 };
