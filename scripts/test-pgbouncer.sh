@@ -25,7 +25,7 @@ if [ $# -eq 0 ]; then
   # start it with an environment of their own, and the delivery and group-commit tests that
   # use that proxy; and the Rust client's tests (client::), which test the client, not the
   # pooler.
-  set -- --skip ops:: --skip client:: --skip deliveries::an_attempt_whose_outcome_the_database_missed \
+  set -- --skip ops:: --skip client:: --skip deliveries::instances::an_attempt_whose_outcome_the_database_missed \
     --skip group_commit::a_claim_whose_answer_was_lost --skip group_commit::a_finish_whose_commit_answer_was_lost
 fi
 

@@ -13,7 +13,7 @@ use payments_api::payments::{Charged, final_state};
 use payments_api::provider::{Charge, ProviderStatus};
 use serde_json::json;
 
-use crate::ops::app_behind_proxy;
+use crate::support::app_behind_proxy;
 use crate::support::{TestApp, spawn_app, visa};
 
 /// The group-commit lanes of new payments.

@@ -2,11 +2,13 @@
 //! client's alike: a database of each test's own ([`database`]: SQLite temp files, or
 //! PostgreSQL schemas with `TEST_DATABASE_URL`, also behind a pooler), the real server
 //! in-process ([`app`], [`requests`]) or restartable for the client ([`service`]), the
-//! binary as a child process ([`process`]), providers to call ([`provider`]), and waiting on
-//! conditions instead of sleeping ([`wait`]).
+//! binary as a child process ([`process`]), providers to call ([`provider`]), PostgreSQL
+//! behind a proxy the test cuts ([`pg_proxy`]), and waiting on conditions instead of
+//! sleeping ([`wait`]).
 
 pub mod app;
 pub mod database;
+pub mod pg_proxy;
 pub mod process;
 pub mod provider;
 pub mod requests;
@@ -15,6 +17,7 @@ pub mod wait;
 
 pub use app::*;
 pub use database::*;
+pub use pg_proxy::*;
 pub use process::*;
 pub use provider::*;
 pub use requests::*;
