@@ -91,15 +91,15 @@ async fn an_abandoned_capture_is_finished_by_the_recovery_worker() {
     provider.faults.drop_next.store(1, Ordering::SeqCst);
     let lost = app.capture(&id, "ship", &json!({"amount": 700})).await;
     assert_eq!(lost.status, 202, "{}", lost.text());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let payment = loop {
-        let payment = app.payment_now(&id).await;
-        if payment["status"] == "succeeded" {
-            break payment;
-        }
-        assert!(Instant::now() < deadline, "never recovered: {payment}");
-        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
-    };
+    let payment = wait_for(
+        Duration::from_secs(10),
+        "the capture is recovered",
+        || async {
+            let payment = app.payment_now(&id).await;
+            (payment["status"] == "succeeded").then_some(payment)
+        },
+    )
+    .await;
     assert_eq!(payment["amount_captured"], 700);
     assert_eq!(provider.simulator.captures().len(), 1);
     let replay = app.capture(&id, "ship", &json!({"amount": 700})).await;
@@ -198,15 +198,15 @@ async fn an_async_authorization_is_finished_by_charge_requires_capture() {
     let pending = app.post_payment("async-hold", &body).await;
     assert_eq!(pending.status, 202, "{}", pending.text());
     let id = pending.json()["id"].as_str().unwrap().to_owned();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let payment = loop {
-        let payment = app.payment_now(&id).await;
-        if payment["status"] != "processing" {
-            break payment;
-        }
-        assert!(Instant::now() < deadline, "never authorized: {payment}");
-        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
-    };
+    let payment = wait_for(
+        Duration::from_secs(10),
+        "the payment is authorized",
+        || async {
+            let payment = app.payment_now(&id).await;
+            (payment["status"] != "processing").then_some(payment)
+        },
+    )
+    .await;
     assert_eq!(payment["status"], "requires_capture");
     assert_eq!(payment["amount_capturable"], 1200);
     let listed = app.get("/v1/payments?status=requires_capture").await.json();

@@ -8,9 +8,9 @@ use futures_util::future::join_all;
 use serde_json::{Value, json};
 
 use crate::support::{
-    ScriptedProvider, ServiceProcess, TestApp, TestDatabase, TestResponse, provider_answer,
-    spawn_app, spawn_app_with, spawn_app_with_provider, spawn_app_with_provider_url,
-    spawn_provider, test_client,
+    ScriptedProvider, ServiceProcess, TestApp, TestDatabase, TestResponse, assert_holds_for,
+    provider_answer, spawn_app, spawn_app_with, spawn_app_with_provider,
+    spawn_app_with_provider_url, spawn_provider, test_client, wait_for,
 };
 
 mod capture_and_cancel;

@@ -57,7 +57,10 @@ async fn a_change_is_delivered_signed_with_the_events_exact_body_to_each_matchin
     assert_eq!(succeeded["endpoint_id"], all_id.as_str());
     app.wait_for_delivery(&refunds_id, "succeeded").await;
     // Each event once per endpoint: nothing arrives twice.
-    actix_web::rt::time::sleep(MS(700)).await;
+    assert_holds_for(MS(700), "nothing arrives twice", || async {
+        all.received().len() <= 2 && refunds_only.received().len() <= 1
+    })
+    .await;
     let mut seen = ids(&all.received());
     seen.sort();
     seen.dedup();
@@ -93,7 +96,10 @@ async fn failed_attempts_are_retried_on_the_schedule_with_the_same_id_then_the_d
         "{:?}",
         gap(&received[1], &received[2])
     );
-    actix_web::rt::time::sleep(MS(1000)).await;
+    assert_holds_for(MS(1000), "no attempt after the last", || async {
+        receiver.received().len() <= 3
+    })
+    .await;
     assert_eq!(receiver.received().len(), 3, "no attempt after the last");
 
     let metrics = app.request("GET", "/metrics", &[], Vec::new()).await.text();
@@ -165,7 +171,12 @@ async fn a_410_disables_the_endpoint_and_enabling_it_resumes_what_is_pending() {
     assert_eq!(app.endpoint_status(&endpoint_id).await, "disabled");
     // Disabled: new events are not queued for it.
     app.paid_payment(1100).await;
-    actix_web::rt::time::sleep(MS(500)).await;
+    assert_holds_for(
+        MS(500),
+        "nothing is sent to a disabled endpoint",
+        || async { receiver.received().len() <= 1 },
+    )
+    .await;
     assert_eq!(receiver.received().len(), 1);
     assert_eq!(app.deliveries(&endpoint_id).await.len(), 1);
 
@@ -185,7 +196,12 @@ async fn a_410_disables_the_endpoint_and_enabling_it_resumes_what_is_pending() {
         .endpoint_post(&endpoint_id, "", &json!({"status": "disabled"}))
         .await;
     assert_eq!(disabled.json()["status"], "disabled");
-    actix_web::rt::time::sleep(MS(2500)).await;
+    assert_holds_for(
+        MS(2500),
+        "nothing is sent to a disabled endpoint",
+        || async { receiver.received().len() <= 2 },
+    )
+    .await;
     assert_eq!(
         receiver.received().len(),
         2,
@@ -226,7 +242,10 @@ async fn an_endpoint_failing_for_webhook_disable_after_ms_is_disabled() {
     let attempts = receiver.received();
     let span = attempts.last().unwrap().answered.unwrap() - attempts[0].answered.unwrap();
     assert!(span >= MS(600), "disabled after {span:?} of failures");
-    actix_web::rt::time::sleep(MS(800)).await;
+    assert_holds_for(MS(800), "no attempt once disabled", || async {
+        receiver.received().len() <= attempts.len()
+    })
+    .await;
     assert_eq!(
         receiver.received().len(),
         attempts.len(),

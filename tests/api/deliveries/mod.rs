@@ -12,8 +12,8 @@ use futures_util::future::join_all;
 use serde_json::{Value, json};
 
 use crate::support::{
-    TestApp, TestDatabase, TestResponse, spawn_app, spawn_app_with, spawn_cluster, spawn_provider,
-    test_client, visa,
+    TestApp, TestDatabase, TestResponse, assert_holds_for, spawn_app, spawn_app_with,
+    spawn_cluster, spawn_provider, test_client, visa,
 };
 
 mod attempts;

@@ -114,7 +114,12 @@ async fn metrics_count_a_duplicate_told_in_use() {
     let before = scrape(&app).await;
     let body = visa(700);
     let (first, second) = tokio::join!(app.post_payment("busy-1", &body), async {
-        actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+        wait_until(
+            Duration::from_secs(10),
+            "the first request has claimed the key",
+            || async { app.payment_rows().await == 1 },
+        )
+        .await;
         app.post_payment("busy-1", &body).await
     });
     assert_eq!(first.status, 201);

@@ -126,7 +126,12 @@ async fn a_retry_while_the_refund_runs_gets_409_then_the_replay() {
     let payment_id = app.paid_payment(900).await;
     let body = json!({"amount": 300});
     let (first, retry) = join(app.post_refund(&payment_id, "slow", &body), async {
-        actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+        wait_until(
+            Duration::from_secs(10),
+            "the first refund has reserved its amount",
+            || async { app.refund_totals(&payment_id).await.0 > 0 },
+        )
+        .await;
         app.post_refund(&payment_id, "slow", &body).await
     })
     .await;

@@ -13,7 +13,7 @@ use payments_api::provider::{
 use payments_api::refunds::{self, NewRefund, OutcomeApplied, RefundOutcome};
 use serde_json::json;
 
-use crate::support::{TestApp, spawn_app, spawn_app_with};
+use crate::support::{TestApp, spawn_app, spawn_app_with, wait_until};
 
 mod concurrency;
 mod outcomes;

@@ -1,5 +1,7 @@
 //! Requests to a [`TestApp`] and what they answer, and the rows behind them.
 
+use std::time::Duration;
+
 use awc::http::StatusCode;
 use payments_api::db::{merchants, payments as payment_rows, refunds as refund_rows};
 use payments_api::domain::new_api_key;
@@ -7,6 +9,7 @@ use payments_api::provider::ProviderRefund;
 use serde_json::Value;
 
 use super::app::{TestApp, visa};
+use super::wait::wait_for;
 
 pub struct TestResponse {
     pub status: StatusCode,
@@ -130,6 +133,20 @@ impl TestApp {
             headers: response.headers().clone(),
             body,
         }
+    }
+
+    /// Polls the payment until it is no longer `processing`, for at most `within`.
+    pub async fn wait_until_final(&self, id: &str, within: Duration) -> Value {
+        let path = format!("/v1/payments/{id}");
+        wait_for(
+            within,
+            &format!("payment {id} is no longer processing"),
+            || async {
+                let payment = self.get(&path).await.json();
+                (payment["status"] != "processing").then_some(payment)
+            },
+        )
+        .await
     }
 
     /// Charges the provider made (one per idempotency key).

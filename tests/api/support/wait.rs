@@ -39,3 +39,26 @@ where
     })
     .await
 }
+
+/// For what must *not* happen, which no wait can see: checks `condition` throughout
+/// `window` (the time the test gives the service to do it wrongly) and at its end, and
+/// panics as soon as it fails, naming `what`.
+pub async fn assert_holds_for<F, Fut>(window: Duration, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let end = Instant::now() + window;
+    loop {
+        let last = Instant::now() >= end;
+        assert!(condition().await, "{what}: broken within {window:?}");
+        if last {
+            return;
+        }
+        actix_web::rt::time::sleep(
+            POLL.max(window / 20)
+                .min(end.saturating_duration_since(Instant::now())),
+        )
+        .await;
+    }
+}

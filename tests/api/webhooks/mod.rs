@@ -1,7 +1,7 @@
 //! Inbound provider webhooks: signed by the test code itself with the server's secret.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use futures_util::future::join_all;

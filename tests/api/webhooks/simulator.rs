@@ -3,18 +3,6 @@
 
 use super::*;
 
-async fn poll_until_final(app: &TestApp, id: &Value) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let payment = app.payment(id).await;
-        if payment["status"] != "processing" {
-            return payment;
-        }
-        assert!(Instant::now() < deadline, "still processing: {payment}");
-        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[actix_web::test]
 async fn an_async_payment_is_finished_by_the_simulators_signed_webhook() {
     let app = spawn_app_with(|s| s.provider_async_delay = Duration::from_millis(200)).await;
@@ -24,7 +12,9 @@ async fn an_async_payment_is_finished_by_the_simulators_signed_webhook() {
     let payment = first.json();
     assert_eq!(payment["status"], "processing");
 
-    let finished = poll_until_final(&app, &payment["id"]).await;
+    let finished = app
+        .wait_until_final(payment["id"].as_str().unwrap(), Duration::from_secs(20))
+        .await;
     assert_eq!(finished["status"], "succeeded");
     assert_eq!(
         finished["provider_charge_id"],
@@ -46,7 +36,12 @@ async fn an_async_decline_is_failed_by_the_simulators_signed_webhook() {
         json!({"amount": 700, "currency": "eur", "payment_method": "pm_card_async_declined"});
     let first = app.post_payment("async-2", &request).await;
     assert_eq!(first.status, 202, "{}", first.text());
-    let finished = poll_until_final(&app, &first.json()["id"]).await;
+    let finished = app
+        .wait_until_final(
+            first.json()["id"].as_str().unwrap(),
+            Duration::from_secs(20),
+        )
+        .await;
     assert_eq!(finished["status"], "failed");
     assert_eq!(finished["failure_code"], "card_declined");
     let retry = app.post_payment("async-2", &request).await;
