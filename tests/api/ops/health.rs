@@ -152,8 +152,12 @@ async fn background_tasks_are_told_to_stop_when_the_server_stops() {
         flag.store(true, Ordering::SeqCst);
     });
     let server = actix_web::rt::spawn(app.run_until_stopped());
-    actix_web::rt::time::sleep(Duration::from_millis(200)).await;
-    assert!(!finished.load(Ordering::SeqCst));
+    assert_holds_for(
+        Duration::from_millis(200),
+        "the worker runs until the server stops",
+        || async { !finished.load(Ordering::SeqCst) },
+    )
+    .await;
     handle.stop(true).await;
     let stopped = actix_web::rt::time::timeout(Duration::from_secs(30), server).await;
     assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");

@@ -13,7 +13,9 @@ use payments_api::routes::ROUTES;
 use payments_api::startup::Application;
 use serde_json::{Value, json};
 
-use crate::support::{TestDatabase, spawn_app, spawn_app_with, test_settings, visa, wait_until};
+use crate::support::{
+    TestDatabase, assert_holds_for, spawn_app, spawn_app_with, test_settings, visa, wait_until,
+};
 
 mod binary;
 mod database_down;
