@@ -11,7 +11,7 @@ use payments_client::{
     ErrorCode, ListPayments, ListRefunds, PaymentStatus, RefundReason, RefundStatus, TryStreamExt,
 };
 
-use crate::harness::{Service, client_for};
+use crate::support::{Service, client_for};
 
 fn visa(amount: i64) -> CreatePayment {
     CreatePayment::new(amount, "USD", "pm_card_visa")

@@ -15,8 +15,8 @@ use payments_client::{
     TryStreamExt,
 };
 
-use crate::harness::{Provider, Service};
-use crate::proxy::{Chaos, ChaosProxy, Stats};
+use super::proxy::{Chaos, ChaosProxy, Stats};
+use crate::support::{Service, TestProvider, spawn_provider};
 
 const PAYMENTS: usize = 1000;
 const CONCURRENCY: usize = 32;
@@ -48,7 +48,7 @@ fn chaos_client(url: &str, api_key: &str) -> Client {
         .expect("client")
 }
 
-async fn start(provider: &Provider) -> Service {
+async fn start(provider: &TestProvider) -> Service {
     Service::start(Some(provider), |s| {
         s.processing_lease = Duration::from_secs(2);
         s.recovery_interval = Duration::from_millis(500);
@@ -83,7 +83,7 @@ async fn pay_all(
 /// charge per payment, for its amount.
 async fn assert_exactly_once(
     results: Vec<(usize, Result<Response<Payment>, payments_client::Error>)>,
-    provider: &Provider,
+    provider: &TestProvider,
     client: &Client,
     stats: &Stats,
 ) {
@@ -164,7 +164,7 @@ fn upstream(service: &Service) -> SocketAddr {
 
 #[actix_web::test]
 async fn a_thousand_payments_through_a_lossy_network_charge_once_each() {
-    let provider = Provider::start();
+    let provider = spawn_provider().await;
     let service = start(&provider).await;
     let proxy = ChaosProxy::start(upstream(&service), chaos()).await;
     let client = chaos_client(&proxy.url, &service.api_key);
@@ -177,7 +177,7 @@ async fn a_thousand_payments_through_a_lossy_network_charge_once_each() {
 
 #[actix_web::test]
 async fn a_thousand_payments_charge_once_each_across_a_restart_of_the_service() {
-    let provider = Provider::start();
+    let provider = spawn_provider().await;
     let mut service = start(&provider).await;
     let proxy = ChaosProxy::start(upstream(&service), chaos()).await;
     let client = chaos_client(&proxy.url, &service.api_key);

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use payments_client::{Client, CreatePayment, ErrorCode, ErrorKind, PaymentStatus, RetryPolicy};
 
-use crate::stub::{Reply, Stub, payment, problem};
+use super::stub::{Reply, Stub, payment, problem};
 
 /// Backoff so small that any wait of a second or more can only come from `Retry-After`.
 fn quick_client(url: &str, policy: RetryPolicy) -> Client {

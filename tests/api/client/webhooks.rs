@@ -8,7 +8,7 @@ use payments_client::{
     CreatePayment, EventType, PaymentStatus, WebhookError, WebhookHeaders, WebhookVerifier,
 };
 
-use crate::harness::Service;
+use crate::support::Service;
 
 #[actix_web::test]
 async fn a_delivery_signed_by_the_service_verifies_into_a_typed_event() {
@@ -35,7 +35,7 @@ async fn a_delivery_signed_by_the_service_verifies_into_a_typed_event() {
         .as_secs() as i64;
     let rotated_out =
         WebhookSecret::parse("whsec_cGF5bWVudHMtYXBpLWRlbW8td2ViaG9vay1zZWNyZXQ=").expect("secret");
-    let current = WebhookSecret::parse(crate::harness::WEBHOOK_SECRET).expect("secret");
+    let current = WebhookSecret::parse(crate::support::TEST_WEBHOOK_SECRET).expect("secret");
     // During a rotation the service sends two v1 entries; the merchant may hold either.
     let signature = format!(
         "{} {}",
@@ -49,7 +49,7 @@ async fn a_delivery_signed_by_the_service_verifies_into_a_typed_event() {
         signature: Some(&signature),
     };
 
-    let verifier = WebhookVerifier::new([crate::harness::WEBHOOK_SECRET]).expect("secret");
+    let verifier = WebhookVerifier::new([crate::support::TEST_WEBHOOK_SECRET]).expect("secret");
     let event = verifier.verify(headers, body.as_bytes()).expect("verified");
     assert_eq!(event.event_type, EventType::PaymentSucceeded);
     let delivered = event.payment().expect("the payment");
