@@ -159,7 +159,7 @@ impl Settings {
         };
 
         let database_url = get("DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
-        crate::db::DatabaseTarget::parse(&database_url)
+        crate::db::pool::DatabaseTarget::parse(&database_url)
             .map_err(|why| ConfigError::new("DATABASE_URL", why))?;
 
         let bind_addr = get("BIND_ADDR").unwrap_or_else(|| "127.0.0.1:8080".to_owned());

@@ -4,7 +4,7 @@
 
 use diesel::prelude::*;
 
-use super::DbConnection;
+use super::pool::DbConnection;
 use super::schema::{events, webhook_deliveries, webhook_endpoints};
 use crate::domain::Timestamp;
 

@@ -7,8 +7,9 @@
 
 use diesel::prelude::*;
 
+use super::error::DbError;
+use super::pool::DbConnection;
 use super::schema::{api_keys, merchants};
-use super::{DbConnection, DbError};
 use crate::domain::{Timestamp, now, sha256_hex};
 
 #[derive(Debug, Clone, Queryable, Selectable)]

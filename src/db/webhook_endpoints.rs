@@ -3,7 +3,7 @@
 
 use diesel::prelude::*;
 
-use super::DbConnection;
+use super::pool::DbConnection;
 use super::schema::webhook_endpoints;
 use crate::domain::Timestamp;
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 use futures_util::future::Either;
 
 use super::operation::{Called, Claimed, Operation, RequestRef};
-use crate::db::{DbError, Leased};
+use crate::db::DbError;
+use crate::db::lease::Leased;
 use crate::domain::now;
 use crate::error::ApiError;
 use crate::idempotency::{

@@ -1,7 +1,8 @@
 //! What an operation is: the trait each kind implements, and what its steps return.
 
 use crate::config::Settings;
-use crate::db::{DbConnection, DbError, Leased};
+use crate::db::lease::Leased;
+use crate::db::{DbConnection, DbError};
 use crate::domain::{Timestamp, new_lease_token, now};
 use crate::error::ApiError;
 use crate::idempotency::{Answer, IdempotentRecord};

@@ -11,9 +11,8 @@ use awc::http::StatusCode;
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
 use payments_api::config::Settings;
-use payments_api::db::{
-    DatabaseTarget, merchants, payments as payment_rows, refunds as refund_rows,
-};
+use payments_api::db::pool::DatabaseTarget;
+use payments_api::db::{merchants, payments as payment_rows, refunds as refund_rows};
 use payments_api::domain::new_api_key;
 use payments_api::provider::sim_server::{self, Faults};
 use payments_api::provider::{ProviderRefund, Simulator};

@@ -9,8 +9,9 @@ use diesel::backend::Backend;
 use diesel::migration::MigrationSource;
 use diesel::prelude::*;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+use payments_api::db::DbConnection;
 use payments_api::db::merchants::{self, ApiKey, Revocation};
-use payments_api::db::{DatabaseTarget, DbConnection, build_pool};
+use payments_api::db::pool::{DatabaseTarget, build_pool};
 use payments_api::domain::new_api_key;
 
 use crate::helpers::{

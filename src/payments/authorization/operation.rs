@@ -112,10 +112,7 @@ impl Operation for CaptureOrCancel {
     }
 
     /// The 202 body is the payment as it is (still `requires_capture`, held).
-    fn render_unfinished(
-        conn: &mut DbConnection,
-        row: &CaptureRow,
-    ) -> diesel::QueryResult<String> {
+    fn render_unfinished(conn: &mut DbConnection, row: &CaptureRow) -> diesel::QueryResult<String> {
         render_payment(conn, &row.payment_id)
     }
 }
