@@ -113,7 +113,7 @@ const MAX_MILLIS: u64 = 100 * 365 * 24 * 3600 * 1000;
 /// webhook endpoint's URL), and no query: a path is allowed, the provider's API may live
 /// under one.
 fn is_base_url(url: &str) -> bool {
-    crate::deliveries::destination::EndpointUrl::parse(url).is_ok() && !url.contains(['?', '#'])
+    crate::domain::EndpointUrl::parse(url).is_ok() && !url.contains(['?', '#'])
 }
 
 impl Settings {

@@ -16,7 +16,6 @@
 //! delivery is attempted again (same `webhook-id`): at least once, through anything.
 //! Bounded slots per endpoint and in total keep a hanging endpoint from delaying others.
 
-pub mod destination;
 pub mod send;
 
 use std::cell::RefCell;

@@ -2,6 +2,7 @@
 
 mod amount;
 mod currency;
+mod destination;
 mod digest;
 mod idempotency_key;
 mod ids;
@@ -11,6 +12,7 @@ mod time;
 
 pub use amount::Amount;
 pub use currency::Currency;
+pub use destination::{DestinationError, EndpointUrl};
 pub use digest::sha256_hex;
 pub use idempotency_key::IdempotencyKey;
 pub use ids::{ObjectId, OperationId, PaymentId, RefundId, new_api_key, new_lease_token};

@@ -52,6 +52,10 @@ pub enum EventType {
     RefundFailed,
 }
 
+/// The `type` of the test delivery (`POST /v1/webhook_endpoints/{id}/test`): sent, never
+/// recorded, so not an [`EventType`] an endpoint can subscribe to.
+pub const TEST_EVENT_TYPE: &str = "webhook_endpoint.test";
+
 impl EventType {
     pub const ALL: [Self; 6] = [
         Self::PaymentSucceeded,
@@ -150,7 +154,7 @@ impl EnabledEvents {
     }
 }
 
-pub use crate::domain::RequestRef;
+use crate::domain::RequestRef;
 
 /// One change to record: `object` is the payment or refund right after it, as the API
 /// renders it (JSON). `request` is `None` when no API request made it (a provider webhook,

@@ -11,7 +11,7 @@ use crate::state::AppState;
 
 /// The API request that asked for a change: named by the events it causes. Changes made by
 /// a provider webhook, the recovery worker or the expiry of an authorization have none.
-pub use crate::events::RequestRef;
+use crate::domain::RequestRef;
 
 /// What a claim decided.
 pub enum Claimed<R, C> {

@@ -3,8 +3,9 @@ use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use super::authenticate::Authenticated;
 use super::input::Query;
 use crate::domain::IdempotencyKey;
+use crate::domain::RequestRef;
 use crate::error::ApiError;
-use crate::events::{self, EVENT_ID_PREFIX, EventPage, EventType, RequestRef, is_id};
+use crate::events::{self, EVENT_ID_PREFIX, EventPage, EventType, is_id};
 use crate::state::{AppState, RequestId};
 
 /// The API request about to make a change, as its event will name it.

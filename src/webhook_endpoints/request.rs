@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::body::JsonObject;
-use crate::deliveries::destination::{self, DestinationError, EndpointUrl};
+use crate::domain::{DestinationError, EndpointUrl};
 use crate::domain::{Timestamp, sha256_hex};
 use crate::error::ApiError;
 use crate::events::{EnabledEvents, EventType};
@@ -29,9 +29,9 @@ fn fingerprint<T: Serialize>(operation: &str, object_id: &str, canonical: &T) ->
 
 fn parse_url(object: &mut JsonObject, required: bool) -> Result<Option<EndpointUrl>, ApiError> {
     let text = if required {
-        Some(object.required_string("url", destination::MAX_URL_LEN)?)
+        Some(object.required_string("url", EndpointUrl::MAX_LEN)?)
     } else {
-        object.optional_string("url", destination::MAX_URL_LEN)?
+        object.optional_string("url", EndpointUrl::MAX_LEN)?
     };
     text.map(|t| EndpointUrl::parse(&t).map_err(url_error))
         .transpose()

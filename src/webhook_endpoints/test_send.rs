@@ -12,16 +12,16 @@ use crate::db::DbConnection;
 use crate::db::idempotency_keys as key_rows;
 use crate::db::webhook_endpoints::{self as rows, EndpointRow};
 use crate::deliveries::{self, LEASE_MARGIN, send};
+use crate::domain::RequestRef;
 use crate::domain::{IdempotencyKey, new_lease_token, now, sha256_hex};
 use crate::error::ApiError;
-use crate::events::{self, EVENT_ID_PREFIX, RequestRef, new_id};
+use crate::events::{self, EVENT_ID_PREFIX, TEST_EVENT_TYPE, new_id};
 use crate::idempotency::Answer;
 use crate::operations::keyed::KeyClaim;
 use crate::operations::{self, Called, Claimed, Operation};
 use crate::provider::OutcomeUnknown;
 use crate::state::AppState;
 
-pub const TEST_EVENT_TYPE: &str = "webhook_endpoint.test";
 const TEST: &str = "POST /v1/webhook_endpoints/{id}/test";
 
 /// What a test send needs: the endpoint as read when the request came, and the event to
