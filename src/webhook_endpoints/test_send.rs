@@ -11,7 +11,9 @@ use crate::config::Settings;
 use crate::db::DbConnection;
 use crate::db::idempotency_keys as key_rows;
 use crate::db::webhook_endpoints::{self as rows, EndpointRow};
-use crate::deliveries::{self, LEASE_MARGIN, send};
+use crate::deliveries::attempt::LEASE_MARGIN;
+use crate::deliveries::schedule::signing_secrets;
+use crate::deliveries::send;
 use crate::domain::RequestRef;
 use crate::domain::{IdempotencyKey, new_lease_token, now, sha256_hex};
 use crate::error::ApiError;
@@ -155,7 +157,7 @@ pub async fn send_test(
 /// One signed attempt of a fresh `webhook_endpoint.test` event, by the worker's own code.
 async fn test_once(state: &AppState, test: &TestSend) -> Answer {
     let endpoint = &test.endpoint;
-    let secrets = deliveries::signing_secrets(
+    let secrets = signing_secrets(
         &endpoint.secret,
         endpoint.previous_secret.as_deref(),
         endpoint.previous_secret_expires_at,
