@@ -16,7 +16,9 @@ pub use destination::{DestinationError, EndpointUrl};
 pub use digest::sha256_hex;
 pub use idempotency_key::IdempotencyKey;
 pub use ids::{ObjectId, OperationId, PaymentId, RefundId, new_api_key, new_lease_token};
-pub use status::{CaptureStatus, IllegalMove, PaymentStatus, RefundStatus};
+pub use status::{
+    CaptureStatus, DeliveryStatus, EndpointStatus, IllegalMove, PaymentStatus, RefundStatus,
+};
 pub use text::{check_text, sanitized};
 pub use time::{Timestamp, format_timestamp, now};
 

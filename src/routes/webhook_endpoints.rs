@@ -5,8 +5,7 @@ use super::authenticate::Authenticated;
 use super::events::{json, request_ref};
 use super::input::{Query, idempotency_key, read_body, read_json_body};
 use super::openapi::OptionalIdempotencyKeyHeader;
-use crate::db::deliveries::{FAILED, PENDING, SUCCEEDED};
-use crate::domain::IdempotencyKey;
+use crate::domain::{DeliveryStatus, IdempotencyKey};
 use crate::error::ApiError;
 use crate::events::{DELIVERY_ID_PREFIX, is_id};
 use crate::state::AppState;
@@ -220,7 +219,7 @@ pub async fn rotate_secret(
     security(("api_key" = [])),
     params(
         ("id" = String, Path, description = "Endpoint id (`we_…`)"),
-        ("status" = Option<crate::webhook_endpoints::view::DeliveryStatus>, Query, description = "Only deliveries in this status"),
+        ("status" = Option<crate::domain::DeliveryStatus>, Query, description = "Only deliveries in this status"),
         ("limit" = Option<i64>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 10)"),
         ("starting_after" = Option<String>, Query, description = "A delivery id: the page starts after it"),
     ),
@@ -241,14 +240,9 @@ pub async fn deliveries(
     let starting_after = query.starting_after("a delivery id", |v| is_id(v, DELIVERY_ID_PREFIX))?;
     let status = match query.get("status") {
         None => None,
-        Some(s) => Some(
-            [PENDING, SUCCEEDED, FAILED]
-                .into_iter()
-                .find(|known| *known == s)
-                .ok_or_else(|| {
-                    ApiError::invalid("status", "`status` must be pending, succeeded or failed")
-                })?,
-        ),
+        Some(s) => Some(DeliveryStatus::parse(s).ok_or_else(|| {
+            ApiError::invalid("status", "`status` must be pending, succeeded or failed")
+        })?),
     };
     Ok(json(
         endpoints::list_deliveries(

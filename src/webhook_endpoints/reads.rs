@@ -5,6 +5,7 @@ use super::view;
 use crate::auth::Merchant;
 use crate::db::deliveries as delivery_rows;
 use crate::db::webhook_endpoints as rows;
+use crate::domain::DeliveryStatus;
 use crate::error::ApiError;
 use crate::events;
 use crate::state::AppState;
@@ -58,7 +59,7 @@ pub async fn list_deliveries(
     state: &AppState,
     merchant: &Merchant,
     id: String,
-    status: Option<&'static str>,
+    status: Option<DeliveryStatus>,
     starting_after: Option<String>,
     limit: i64,
 ) -> Result<String, ApiError> {

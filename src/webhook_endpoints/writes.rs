@@ -10,8 +10,8 @@ use super::view;
 use crate::auth::Merchant;
 use crate::db::DbConnection;
 use crate::db::deliveries::{self as delivery_rows, DeliveryRow};
-use crate::db::webhook_endpoints::{self as rows, ENABLED, EndpointRow};
-use crate::domain::{IdempotencyKey, now};
+use crate::db::webhook_endpoints::{self as rows, EndpointRow};
+use crate::domain::{DeliveryStatus, EndpointStatus, IdempotencyKey, now};
 use crate::error::ApiError;
 use crate::events::{self, DELIVERY_ID_PREFIX, EnabledEvents, EventType, new_id};
 use crate::idempotency::Answer;
@@ -75,7 +75,7 @@ fn create_in(
         url: request.url.as_str().to_owned(),
         enabled_events: request.enabled_events.to_json(),
         description: request.description.clone().filter(|d| !d.is_empty()),
-        status: ENABLED.to_owned(),
+        status: EndpointStatus::Enabled,
         secret: WebhookSecret::generate(),
         previous_secret: None,
         previous_secret_expires_at: None,
@@ -132,12 +132,17 @@ fn update_in(
     if let Some(description) = &update.description {
         row.description = Some(description.clone()).filter(|d| !d.is_empty());
     }
-    if let Some(status) = update.status {
-        if status.as_str() == ENABLED && row.status != ENABLED {
+    if let Some(status) = update.status
+        && status != row.status
+    {
+        if status == EndpointStatus::Enabled {
             // A fresh start: the failures that disabled it no longer count.
             row.failing_since = None;
         }
-        row.status = status.as_str().to_owned();
+        row.status = row
+            .status
+            .move_to(status)
+            .map_err(diesel::result::Error::from)?;
     }
     row.updated_at = now();
     rows::update(conn, &row)?;
@@ -238,9 +243,9 @@ fn replay_in(
     }
     let mut queued = 0;
     for (event_id, event_type) in candidates {
-        let wanted = match (latest.get(&event_id).map(String::as_str), replay.status) {
-            (Some(delivery_rows::PENDING), _) => false,
-            (Some(status), ReplayScope::Failed) => status == delivery_rows::FAILED,
+        let wanted = match (latest.get(&event_id).copied(), replay.status) {
+            (Some(DeliveryStatus::Pending), _) => false,
+            (Some(status), ReplayScope::Failed) => status == DeliveryStatus::Failed,
             (None, ReplayScope::Failed) => false,
             (Some(_), ReplayScope::All) => true,
             (None, ReplayScope::All) => {
