@@ -15,7 +15,10 @@ pub use currency::Currency;
 pub use destination::{DestinationError, EndpointUrl};
 pub use digest::sha256_hex;
 pub use idempotency_key::IdempotencyKey;
-pub use ids::{ObjectId, OperationId, PaymentId, RefundId, new_api_key, new_lease_token};
+pub use ids::{
+    ApiKeyId, DeliveryId, EndpointId, EventId, MerchantId, ObjectId, OperationId, PaymentId,
+    RefundId, new_api_key, new_lease_token,
+};
 pub use status::{
     CaptureStatus, DeliveryStatus, EndpointStatus, IllegalMove, PaymentStatus, RefundStatus,
 };

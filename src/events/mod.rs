@@ -25,7 +25,9 @@ use crate::auth::Merchant;
 use crate::db::deliveries::{self as delivery_rows, DeliveryRow};
 use crate::db::events::{self as rows, NewEventRow};
 use crate::db::{Db, DbConnection, DbError, webhook_endpoints};
-use crate::domain::{PaymentStatus, RefundStatus, Timestamp, format_timestamp, now};
+use crate::domain::{
+    DeliveryId, EventId, PaymentStatus, RefundStatus, Timestamp, format_timestamp, now,
+};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -167,24 +169,6 @@ pub struct NewEvent<'a> {
     pub request: Option<&'a RequestRef>,
 }
 
-pub const EVENT_ID_PREFIX: &str = "evt_";
-pub const DELIVERY_ID_PREFIX: &str = "wd_";
-
-/// `PREFIX` + a UUIDv7 in simple form, like every id of this API.
-pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}{}", uuid::Uuid::now_v7().simple())
-}
-
-/// Whether `raw` is `prefix` + 32 lower-case hex digits (a cursor or path id worth a query).
-pub fn is_id(raw: &str, prefix: &str) -> bool {
-    raw.strip_prefix(prefix).is_some_and(|hex| {
-        hex.len() == 32
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
-}
-
 /// Records one change: the event and one delivery per enabled endpoint of the merchant
 /// whose `enabled_events` match. Call it inside the transaction that makes the change,
 /// after the guarded update that decided this caller makes it, so the event commits (or
@@ -209,7 +193,7 @@ pub fn record_all(
     let mut ids = Vec::with_capacity(events.len());
     let mut bodies = Vec::with_capacity(events.len());
     for event in events {
-        let id = new_id(EVENT_ID_PREFIX);
+        let id = EventId::generate().into_string();
         let body = render_event(
             &id,
             event.kind.as_str(),
@@ -248,7 +232,7 @@ pub fn record_all(
         for (endpoint_id, enabled) in endpoints.get(event.merchant_id).into_iter().flatten() {
             if enabled.matches(event.kind) {
                 deliveries.push(DeliveryRow::due_now(
-                    new_id(DELIVERY_ID_PREFIX),
+                    DeliveryId::generate().into_string(),
                     endpoint_id,
                     id,
                     event.kind.as_str(),
@@ -313,7 +297,7 @@ pub async fn get_event(
     merchant: &Merchant,
     id: String,
 ) -> Result<String, ApiError> {
-    if !is_id(&id, EVENT_ID_PREFIX) {
+    if !EventId::is_valid(&id) {
         return Err(no_such_event());
     }
     let merchant_id = merchant.id.clone();
@@ -484,14 +468,5 @@ mod tests {
             Err("payment.*".to_owned())
         );
         assert!(!EnabledEvents::from_stored("garbage").matches(EventType::PaymentFailed));
-    }
-
-    #[test]
-    fn ids_have_their_prefix_and_32_hex_digits() {
-        let id = new_id(EVENT_ID_PREFIX);
-        assert!(is_id(&id, EVENT_ID_PREFIX), "{id}");
-        assert!(!is_id(&id, DELIVERY_ID_PREFIX));
-        assert!(!is_id("evt_XYZ", EVENT_ID_PREFIX));
-        assert!(!is_id("evt_", EVENT_ID_PREFIX));
     }
 }

@@ -4,16 +4,16 @@
 
 use std::collections::HashMap;
 
-use super::endpoint::{ENDPOINT_ID_PREFIX, REPLAY_LIMIT, RESOURCE, no_such_endpoint};
+use super::endpoint::{REPLAY_LIMIT, RESOURCE, no_such_endpoint};
 use super::request::{EndpointUpdate, NewEndpoint, Replay, ReplayScope, Rotation, url_error};
 use super::view;
 use crate::auth::Merchant;
 use crate::db::DbConnection;
 use crate::db::deliveries::{self as delivery_rows, DeliveryRow};
 use crate::db::webhook_endpoints::{self as rows, EndpointRow};
-use crate::domain::{DeliveryStatus, EndpointStatus, IdempotencyKey, now};
+use crate::domain::{DeliveryId, DeliveryStatus, EndpointId, EndpointStatus, IdempotencyKey, now};
 use crate::error::ApiError;
-use crate::events::{self, DELIVERY_ID_PREFIX, EnabledEvents, EventType, new_id};
+use crate::events::{EnabledEvents, EventType};
 use crate::idempotency::Answer;
 use crate::operations::keyed::{DbWork, Refusal, write_once};
 use crate::signing::WebhookSecret;
@@ -70,7 +70,7 @@ fn create_in(
 ) -> Result<Answer, Refusal> {
     let at = now();
     let row = EndpointRow {
-        id: new_id(ENDPOINT_ID_PREFIX),
+        id: EndpointId::generate().into_string(),
         merchant_id: merchant_id.to_owned(),
         url: request.url.as_str().to_owned(),
         enabled_events: request.enabled_events.to_json(),
@@ -103,7 +103,7 @@ pub async fn update(
     key: Option<IdempotencyKey>,
     update: EndpointUpdate,
 ) -> Result<Answer, ApiError> {
-    if !events::is_id(&id, ENDPOINT_ID_PREFIX) {
+    if !EndpointId::is_valid(&id) {
         return Err(no_such_endpoint());
     }
     if let Some(url) = &update.url {
@@ -156,7 +156,7 @@ pub async fn rotate_secret(
     key: Option<IdempotencyKey>,
     rotation: Rotation,
 ) -> Result<Answer, ApiError> {
-    if !events::is_id(&id, ENDPOINT_ID_PREFIX) {
+    if !EndpointId::is_valid(&id) {
         return Err(no_such_endpoint());
     }
     let fingerprint = rotation.fingerprint(&id);
@@ -196,7 +196,7 @@ pub async fn replay(
     key: Option<IdempotencyKey>,
     replay: Replay,
 ) -> Result<Answer, ApiError> {
-    if !events::is_id(&id, ENDPOINT_ID_PREFIX) {
+    if !EndpointId::is_valid(&id) {
         return Err(no_such_endpoint());
     }
     let fingerprint = replay.fingerprint(&id);
@@ -256,7 +256,7 @@ fn replay_in(
             delivery_rows::insert(
                 conn,
                 &[DeliveryRow::due_now(
-                    new_id(DELIVERY_ID_PREFIX),
+                    DeliveryId::generate().into_string(),
                     id,
                     &event_id,
                     &event_type,
