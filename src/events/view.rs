@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::{EventType, TEST_EVENT_TYPE};
+use super::event_type::{EventType, TEST_EVENT_TYPE};
 use crate::domain::RequestRef;
 
 /// `{"id": "evt_…", "object": "event", "type", "created_at", "data": {"object": …}, "request"}`.
