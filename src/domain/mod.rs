@@ -2,6 +2,7 @@
 
 mod amount;
 mod currency;
+mod destination;
 mod digest;
 mod idempotency_key;
 mod ids;
@@ -11,10 +12,16 @@ mod time;
 
 pub use amount::Amount;
 pub use currency::Currency;
+pub use destination::{DestinationError, EndpointUrl};
 pub use digest::sha256_hex;
 pub use idempotency_key::IdempotencyKey;
-pub use ids::{ObjectId, OperationId, PaymentId, RefundId, new_api_key, new_lease_token};
-pub use status::{CaptureStatus, IllegalMove, PaymentStatus, RefundStatus};
+pub use ids::{
+    ApiKeyId, DeliveryId, EndpointId, EventId, MerchantId, ObjectId, OperationId, PaymentId,
+    RefundId, new_api_key, new_lease_token,
+};
+pub use status::{
+    CaptureStatus, DeliveryStatus, EndpointStatus, IllegalMove, PaymentStatus, RefundStatus,
+};
 pub use text::{check_text, sanitized};
 pub use time::{Timestamp, format_timestamp, now};
 
