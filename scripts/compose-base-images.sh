@@ -45,10 +45,29 @@ SOURCES
     mkdir -p "$WORK/root/usr/local/share/ca-certificates"
     cp /usr/local/share/ca-certificates/*.crt "$WORK/root/usr/local/share/ca-certificates/"
   fi
+  # apt and dpkg set up as in the official image: no package caches or .deb files left in
+  # a layer after apt-get, no documentation, man pages or translations installed.
+  cat > "$WORK/root/etc/apt/apt.conf.d/docker-clean" <<'APT'
+DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";
+APT
+  printf 'Acquire::Languages "none";\n' > "$WORK/root/etc/apt/apt.conf.d/docker-no-languages"
+  printf 'APT::AutoRemove::SuggestsImportant "false";\n' > "$WORK/root/etc/apt/apt.conf.d/docker-autoremove-suggests"
+  cat > "$WORK/root/etc/dpkg/dpkg.cfg.d/docker" <<'DPKG'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+path-include /usr/share/locale/locale.alias
+DPKG
   # Slim as the official image: no apt lists or caches, no documentation, no man pages.
   rm -rf "$WORK/root"/var/lib/apt/lists/* "$WORK/root"/var/cache/apt/*.bin \
     "$WORK/root"/var/cache/apt/archives/*.deb "$WORK/root"/usr/share/doc/* \
-    "$WORK/root"/usr/share/man/* "$WORK/root"/usr/share/info/* "$WORK/root"/var/log/*.log
+    "$WORK/root"/usr/share/man/* "$WORK/root"/usr/share/info/* "$WORK/root"/var/log/*.log \
+    "$WORK/root"/var/cache/debconf/*-old "$WORK/root"/var/lib/dpkg/*-old
   tar --numeric-owner -C "$WORK/root" -c . \
     | docker import --change 'CMD ["bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         - "$DEBIAN_IMAGE" > /dev/null
