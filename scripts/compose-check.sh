@@ -47,7 +47,7 @@ elif docker compose version > /dev/null 2>&1; then
 else
   compose_cmd=(docker-compose)
 fi
-"${compose_cmd[@]}" version | head -n 1
+"${compose_cmd[@]}" version | sed -n 1p   # sed reads it all: no SIGPIPE under pipefail
 
 step "base images (built here once: no image registry is reachable)"
 scripts/compose-base-images.sh
