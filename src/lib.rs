@@ -11,6 +11,7 @@ pub mod domain;
 pub mod error;
 pub mod events;
 pub mod idempotency;
+pub mod ledger;
 pub mod metrics;
 pub mod operations;
 pub mod payments;

@@ -6,7 +6,9 @@ pub mod deliveries;
 pub mod events;
 pub mod group_commit;
 pub mod idempotency_keys;
+mod insert;
 mod lease;
+pub mod ledger;
 pub mod merchants;
 pub mod payments;
 mod prepared;
@@ -15,6 +17,7 @@ pub mod schema;
 pub mod webhook_endpoints;
 pub mod webhook_events;
 
+pub(crate) use insert::insert_rows;
 pub use lease::{Leased, Recoverable};
 
 use std::path::PathBuf;

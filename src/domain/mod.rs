@@ -3,6 +3,7 @@
 mod amount;
 mod currency;
 mod digest;
+mod fees;
 mod idempotency_key;
 mod ids;
 mod status;
@@ -12,6 +13,7 @@ mod time;
 pub use amount::Amount;
 pub use currency::Currency;
 pub use digest::sha256_hex;
+pub use fees::LedgerPolicy;
 pub use idempotency_key::IdempotencyKey;
 pub use ids::{ObjectId, OperationId, PaymentId, RefundId, new_api_key, new_lease_token};
 pub use status::{CaptureStatus, IllegalMove, PaymentStatus, RefundStatus};

@@ -30,6 +30,7 @@ use crate::domain::{IdempotencyKey, PaymentId, PaymentStatus, RefundId, RefundSt
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
+use crate::ledger::{self, Posting};
 use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
 use crate::provider::{
     OutcomeUnknown, PROVIDER_REFUSED, ProviderError, ProviderRefund, ProviderStatus, RefundRequest,
@@ -135,6 +136,17 @@ pub fn apply_refund_outcome(
                 row.status = row.status.move_to(RefundStatus::Failed)?;
                 row.failure_code = failure_code.clone();
                 rows::release_reservation(conn, &row.payment_id, row.amount)?;
+                // The amount comes back to the balance, with the failure.
+                ledger::post(
+                    conn,
+                    &[Posting::refund_failure(
+                        &row.merchant_id,
+                        &row.id,
+                        row.amount,
+                        &row.currency,
+                        at,
+                    )],
+                )?;
             }
         }
         row.lease_token = None;
@@ -234,6 +246,7 @@ impl Operation for CreateRefund {
         row: &RefundRow,
         outcome: &RefundOutcome,
         request: Option<&RequestRef>,
+        _settings: &Settings,
     ) -> diesel::QueryResult<RefundRow> {
         match apply_refund_outcome(conn, &row.id, outcome, request)? {
             OutcomeApplied::Applied(row) | OutcomeApplied::AlreadyFinal(row) => Ok(row),
@@ -353,6 +366,17 @@ fn claim_refund(
                 }
                 let mut row = claim.clone();
                 row.amount = amount;
+                // Promised back to the customer: it leaves the balance now, with the claim.
+                ledger::post(
+                    conn,
+                    &[Posting::refund(
+                        &row.merchant_id,
+                        &row.id,
+                        amount,
+                        &row.currency,
+                        row.created_at,
+                    )],
+                )?;
                 let charge = payment
                     .provider_charge_id
                     .ok_or(diesel::result::Error::NotFound)?;

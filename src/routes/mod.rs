@@ -1,6 +1,7 @@
 //! HTTP only: extract, authenticate, call one flow, answer.
 
 pub mod authenticate;
+pub mod balance;
 pub mod events;
 pub mod health;
 pub mod input;
@@ -73,6 +74,24 @@ pub const ROUTES: &[Route] = &[
         path: "/v1/payments/{id}/refunds",
         handler: || web::to(refunds::list),
         doc: operation::<refunds::__path_list>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/balance",
+        handler: || web::to(balance::get_balance),
+        doc: operation::<balance::__path_get_balance>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/balance_transactions",
+        handler: || web::to(balance::list_transactions),
+        doc: operation::<balance::__path_list_transactions>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/balance_transactions/{id}",
+        handler: || web::to(balance::get_transaction),
+        doc: operation::<balance::__path_get_transaction>,
     },
     Route {
         method: Method::POST,

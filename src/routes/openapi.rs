@@ -25,6 +25,7 @@ use super::ROUTES;
     modifiers(&CommonParts),
     tags(
         (name = "payments", description = "Create and read payments"),
+        (name = "balance", description = "What the merchant holds: the balance and every movement of its money"),
         (name = "operations", description = "Health, metrics and this document (no API key needed)"),
     )
 )]
@@ -190,6 +191,10 @@ impl Modify for CommonParts {
             (
                 <crate::events::EventType as utoipa::ToSchema>::name(),
                 <crate::events::EventType as utoipa::PartialSchema>::schema,
+            ),
+            (
+                <crate::ledger::view::TransactionType as utoipa::ToSchema>::name(),
+                <crate::ledger::view::TransactionType as utoipa::PartialSchema>::schema,
             ),
         ] {
             components

@@ -17,7 +17,7 @@ use crate::db::payments::{self as payment_rows, PaymentRow};
 use crate::db::refunds as refund_rows;
 use crate::db::webhook_events::{self as events, Recorded, WebhookEventRow};
 use crate::db::{Db, DbConnection, DbError};
-use crate::domain::{RefundStatus, Timestamp, now, sha256_hex};
+use crate::domain::{LedgerPolicy, RefundStatus, Timestamp, now, sha256_hex};
 use crate::error::ApiError;
 use crate::metrics::{self, WebhookOutcome};
 use crate::payments::{CaptureMethod, Charged, PaymentStatus, final_state};
@@ -196,11 +196,12 @@ async fn receive(
     let effect = effect_of(envelope);
 
     let stored = event.clone();
+    let policy = state.settings.ledger;
     let recorded = state
         .db
         .run(move |conn| {
             events::record_and_apply(conn, &stored, |conn| {
-                apply(conn, effect, stored.received_at)
+                apply(conn, effect, stored.received_at, &policy)
             })
         })
         .await
@@ -227,9 +228,14 @@ async fn receive(
 }
 
 /// Runs inside the transaction that recorded the event: an error rolls back both.
-fn apply(conn: &mut DbConnection, effect: Effect, at: Timestamp) -> diesel::QueryResult<Applied> {
+fn apply(
+    conn: &mut DbConnection,
+    effect: Effect,
+    at: Timestamp,
+    policy: &LedgerPolicy,
+) -> diesel::QueryResult<Applied> {
     match effect {
-        Effect::FinishPayment { status, data } => finish_payment(conn, status, data, at),
+        Effect::FinishPayment { status, data } => finish_payment(conn, status, data, at, policy),
         Effect::FinishRefund { succeeded, data } => finish_refund(conn, succeeded, data),
         Effect::Ignore(why) => Ok(Applied::Ignored(why)),
     }
@@ -278,6 +284,7 @@ fn finish_payment(
     status: ProviderStatus,
     data: ChargeData,
     at: Timestamp,
+    policy: &LedgerPolicy,
 ) -> diesel::QueryResult<Applied> {
     let Some(row) = payment_rows::find_by_id(conn, &data.reference)? else {
         return Ok(Applied::UnknownReference);
@@ -314,7 +321,7 @@ fn finish_payment(
         .map_err(|e| diesel::result::Error::QueryBuilderError(e.to_string().into()))?;
     // Guarded by `status = 'processing'`: if the request path finished it meanwhile, its
     // stored answer stands (and its event is the payment's one event).
-    if crate::payments::finish_recorded(conn, &final_row, &body, None)? {
+    if crate::payments::finish_recorded(conn, &final_row, &body, None, policy)? {
         Ok(Applied::PaymentFinished {
             payment_id: final_row.id,
             status: final_row.status,

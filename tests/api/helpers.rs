@@ -241,6 +241,11 @@ pub async fn spawn_cluster(
     (apps, database)
 }
 
+/// An instance on a database the test made itself (no database is dropped with it).
+pub async fn start_on(settings: Settings) -> TestApp {
+    start_instance(settings, |_| {}, None).await
+}
+
 async fn start_instance(
     mut settings: Settings,
     configure: impl FnOnce(&mut Settings),
@@ -589,7 +594,24 @@ impl Drop for TestApp {
         // Stop accepting before the database goes away with `self.database`.
         drop(self.handle.stop(false));
         self.state.shutdown.trigger();
+        // Every test ends by checking the ledger of the database it used, whatever it
+        // asserted itself: a test that breaks an invariant fails here.
+        if !std::thread::panicking() {
+            verify_ledger(&self.state.db);
+        }
     }
+}
+
+/// `payments-api ledger verify` on `db`: panics with every violation.
+pub fn verify_ledger(db: &payments_api::db::Db) {
+    let mut conn = db.pool().get().expect("a connection to verify the ledger");
+    let verification = payments_api::ledger::verify(&mut conn).expect("ledger verify");
+    assert!(
+        verification.holds(),
+        "{}: {:#?}",
+        verification.summary(),
+        verification.violations
+    );
 }
 
 pub fn visa(amount: i64) -> Value {

@@ -9,6 +9,7 @@ mod helpers;
 mod hostile;
 mod idempotency;
 mod keys;
+mod ledger;
 mod ops;
 mod payments;
 mod pooler;

@@ -545,7 +545,7 @@ impl PaymentProvider for Unreachable {
     }
 }
 
-async fn refund_through_unreachable_provider(
+pub(crate) async fn refund_through_unreachable_provider(
     app: &TestApp,
     payment_id: &str,
     key: &[u8],

@@ -21,5 +21,5 @@ mod request;
 
 pub use expiry::expire_authorizations;
 pub use operate::{claim_and_run, operate};
-pub use operation::{CaptureOutcome, CaptureOrCancel};
+pub use operation::{CaptureOrCancel, CaptureOutcome};
 pub use request::{CancellationReason, NewCancel, NewCapture, Requested};

@@ -1,0 +1,2 @@
+DROP TABLE ledger_entries;
+DROP TABLE balance_transactions;
