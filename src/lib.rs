@@ -15,6 +15,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod operations;
 pub mod payments;
+pub mod payouts;
 pub mod provider;
 pub mod rate_limit;
 pub mod refunds;

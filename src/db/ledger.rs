@@ -244,6 +244,18 @@ const RULES: &[&str] = &[
                 WHEN 'pending' THEN -r.amount WHEN 'succeeded' THEN -r.amount ELSE 0 END \
          OR COUNT(t.id) <> CASE r.status \
                 WHEN 'pending' THEN 1 WHEN 'succeeded' THEN 1 WHEN 'failed' THEN 2 ELSE 0 END",
+    // A payout's transactions: − its amount while pending or once paid, 0 once failed,
+    // none when it was refused (rejected).
+    "SELECT 'payout_transactions' AS rule, o.id AS subject, \
+            o.status || ', amount ' || CAST(o.amount AS TEXT) || ', transactions sum to ' \
+            || CAST(COALESCE(SUM(t.amount), 0) AS TEXT) || ' over ' \
+            || CAST(COUNT(t.id) AS TEXT) AS detail \
+     FROM payouts o LEFT JOIN balance_transactions t ON t.source_id = o.id \
+     GROUP BY o.id, o.status, o.amount \
+     HAVING COALESCE(SUM(t.amount), 0) <> CASE o.status \
+                WHEN 'pending' THEN -o.amount WHEN 'paid' THEN -o.amount ELSE 0 END \
+         OR COUNT(t.id) <> CASE o.status \
+                WHEN 'pending' THEN 1 WHEN 'paid' THEN 1 WHEN 'failed' THEN 2 ELSE 0 END",
     // Every transaction names an object that exists, of the merchant.
     "SELECT 'source_exists' AS rule, t.id AS subject, \
             t.txn_type || ' names ' || t.source_id AS detail \
@@ -251,7 +263,9 @@ const RULES: &[&str] = &[
      WHERE NOT EXISTS (SELECT 1 FROM payments p \
                        WHERE p.id = t.source_id AND p.merchant_id = t.merchant_id) \
        AND NOT EXISTS (SELECT 1 FROM refunds r \
-                       WHERE r.id = t.source_id AND r.merchant_id = t.merchant_id)",
+                       WHERE r.id = t.source_id AND r.merchant_id = t.merchant_id) \
+       AND NOT EXISTS (SELECT 1 FROM payouts o \
+                       WHERE o.id = t.source_id AND o.merchant_id = t.merchant_id)",
 ];
 
 /// Every violation of the ledger's rules in the whole database.

@@ -11,6 +11,7 @@ mod lease;
 pub mod ledger;
 pub mod merchants;
 pub mod payments;
+pub mod payouts;
 mod prepared;
 pub mod refunds;
 pub mod schema;

@@ -94,6 +94,42 @@ impl fmt::Display for RefundId {
     }
 }
 
+/// `po_` + a UUIDv7 in simple form, like [`PaymentId`]: newest first is largest id first.
+/// The provider's idempotency key for the payout.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PayoutId(String);
+
+impl PayoutId {
+    pub const PREFIX: &'static str = "po_";
+
+    pub fn generate() -> Self {
+        Self(format!("{}{}", Self::PREFIX, uuid::Uuid::now_v7().simple()))
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        let hex = raw.strip_prefix(Self::PREFIX)?;
+        is_simple_uuid(hex).then(|| Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl ObjectId for PayoutId {
+    const OBJECT: &'static str = "payout";
+
+    fn parse_id(raw: &str) -> Option<Self> {
+        Self::parse(raw)
+    }
+}
+
+impl fmt::Display for PayoutId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 fn is_simple_uuid(hex: &str) -> bool {
     hex.len() == 32
         && hex

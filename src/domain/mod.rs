@@ -15,8 +15,8 @@ pub use currency::Currency;
 pub use digest::sha256_hex;
 pub use fees::LedgerPolicy;
 pub use idempotency_key::IdempotencyKey;
-pub use ids::{ObjectId, OperationId, PaymentId, RefundId, new_api_key, new_lease_token};
-pub use status::{CaptureStatus, IllegalMove, PaymentStatus, RefundStatus};
+pub use ids::{ObjectId, OperationId, PaymentId, PayoutId, RefundId, new_api_key, new_lease_token};
+pub use status::{CaptureStatus, IllegalMove, PaymentStatus, PayoutStatus, RefundStatus};
 pub use text::{check_text, sanitized};
 pub use time::{Timestamp, format_timestamp, now};
 

@@ -25,7 +25,7 @@ use crate::auth::Merchant;
 use crate::db::deliveries::{self as delivery_rows, DeliveryRow};
 use crate::db::events::{self as rows, NewEventRow};
 use crate::db::{Db, DbConnection, DbError, webhook_endpoints};
-use crate::domain::{PaymentStatus, RefundStatus, Timestamp, format_timestamp, now};
+use crate::domain::{PaymentStatus, PayoutStatus, RefundStatus, Timestamp, format_timestamp, now};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -50,16 +50,22 @@ pub enum EventType {
     RefundSucceeded,
     #[serde(rename = "refund.failed")]
     RefundFailed,
+    #[serde(rename = "payout.paid")]
+    PayoutPaid,
+    #[serde(rename = "payout.failed")]
+    PayoutFailed,
 }
 
 impl EventType {
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::PaymentSucceeded,
         Self::PaymentFailed,
         Self::PaymentRequiresCapture,
         Self::PaymentCanceled,
         Self::RefundSucceeded,
         Self::RefundFailed,
+        Self::PayoutPaid,
+        Self::PayoutFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -70,6 +76,8 @@ impl EventType {
             Self::PaymentCanceled => "payment.canceled",
             Self::RefundSucceeded => "refund.succeeded",
             Self::RefundFailed => "refund.failed",
+            Self::PayoutPaid => "payout.paid",
+            Self::PayoutFailed => "payout.failed",
         }
     }
 
@@ -94,6 +102,15 @@ impl EventType {
             RefundStatus::Succeeded => Some(Self::RefundSucceeded),
             RefundStatus::Failed => Some(Self::RefundFailed),
             RefundStatus::Pending | RefundStatus::Rejected => None,
+        }
+    }
+
+    /// The event of a payout that has just moved to `status`; none for `pending`.
+    pub fn of_payout_status(status: PayoutStatus) -> Option<Self> {
+        match status {
+            PayoutStatus::Paid => Some(Self::PayoutPaid),
+            PayoutStatus::Failed => Some(Self::PayoutFailed),
+            PayoutStatus::Pending | PayoutStatus::Rejected => None,
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::domain::{LedgerPolicy, Timestamp};
 pub const TRANSACTION_ID_PREFIX: &str = "txn_";
 
 /// The objects that move money, by the prefix of their ids.
-pub const SOURCE_PREFIXES: &[&str] = &["pay_", "re_"];
+pub const SOURCE_PREFIXES: &[&str] = &["pay_", "re_", "po_"];
 
 /// The kinds of movement, as the API names them (`type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,16 +26,26 @@ pub enum Kind {
     Charge,
     Refund,
     RefundFailure,
+    Payout,
+    PayoutFailure,
 }
 
 impl Kind {
-    pub const ALL: &[Kind] = &[Kind::Charge, Kind::Refund, Kind::RefundFailure];
+    pub const ALL: &[Kind] = &[
+        Kind::Charge,
+        Kind::Refund,
+        Kind::RefundFailure,
+        Kind::Payout,
+        Kind::PayoutFailure,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Charge => "charge",
             Kind::Refund => "refund",
             Kind::RefundFailure => "refund_failure",
+            Kind::Payout => "payout",
+            Kind::PayoutFailure => "payout_failure",
         }
     }
 
@@ -44,10 +54,11 @@ impl Kind {
     }
 
     /// The account on the other side of the merchant's balance: money held at the
-    /// provider for charges and refunds.
+    /// provider for charges and refunds; money on its way to the bank for payouts.
     fn counter_account(self) -> &'static str {
         match self {
             Kind::Charge | Kind::Refund | Kind::RefundFailure => PROVIDER_HELD,
+            Kind::Payout | Kind::PayoutFailure => PAYOUTS_IN_TRANSIT,
         }
     }
 }
@@ -58,6 +69,7 @@ impl Kind {
 pub const MERCHANT_BALANCE: &str = "merchant_balance";
 pub const PLATFORM_FEES: &str = "platform_fees";
 pub const PROVIDER_HELD: &str = "provider_held";
+pub const PAYOUTS_IN_TRANSIT: &str = "payouts_in_transit";
 
 /// One movement to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +132,35 @@ impl Posting {
             Kind::RefundFailure,
             merchant_id,
             refund_id,
+            amount,
+            currency,
+            at,
+        )
+    }
+
+    /// A payout created (its key won and it fit the available balance).
+    pub fn payout(
+        merchant_id: &str,
+        payout_id: &str,
+        amount: i64,
+        currency: &str,
+        at: Timestamp,
+    ) -> Self {
+        Self::available_now(Kind::Payout, merchant_id, payout_id, -amount, currency, at)
+    }
+
+    /// A payout that ended `failed`: its amount comes back.
+    pub fn payout_failure(
+        merchant_id: &str,
+        payout_id: &str,
+        amount: i64,
+        currency: &str,
+        at: Timestamp,
+    ) -> Self {
+        Self::available_now(
+            Kind::PayoutFailure,
+            merchant_id,
+            payout_id,
             amount,
             currency,
             at,

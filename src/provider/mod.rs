@@ -4,12 +4,16 @@
 mod http;
 mod journal;
 mod metered;
+mod payout;
+mod sim_payouts;
 pub mod sim_server;
 mod simulator;
 pub mod webhook_delivery;
 
 pub use http::HttpProvider;
 pub use metered::MeteredProvider;
+pub use payout::{PayoutRequest, PayoutState, ProviderPayout, SimulatedPayout};
+pub use sim_payouts::SimPayouts;
 pub use simulator::{InProcessProvider, Simulator};
 pub use webhook_delivery::{RetryPolicy, WebhookDelivery};
 
@@ -267,4 +271,12 @@ pub trait PaymentProvider: Send + Sync + 'static {
         idempotency_key: &'a str,
         charge_id: &'a str,
     ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>>;
+
+    /// Pays out to a bank account at most once per `idempotency_key` (our payout id): the
+    /// same key again returns the first result and moves no money.
+    fn create_payout<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a PayoutRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderPayout, ProviderError>>;
 }

@@ -8,10 +8,11 @@ use std::time::Duration;
 use futures_util::future::LocalBoxFuture;
 
 use super::journal::{Journal, Text};
-use super::webhook_delivery::{WebhookDelivery, charge_event};
+use super::sim_payouts::payout_event;
+use super::webhook_delivery::{OutboundEvent, WebhookDelivery, charge_event};
 use super::{
-    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, PaymentProvider, ProviderError,
-    ProviderRefund, ProviderStatus, RefundRequest,
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, PaymentProvider, PayoutRequest,
+    PayoutState, ProviderError, ProviderPayout, ProviderRefund, ProviderStatus, RefundRequest,
 };
 
 #[derive(Default)]
@@ -162,6 +163,8 @@ pub enum ChargeMove {
 
 #[derive(Default)]
 pub struct Simulator {
+    /// Payouts keep a book of their own.
+    pub payouts: super::sim_payouts::SimPayouts,
     ledger: Mutex<Ledger>,
 }
 
@@ -379,17 +382,24 @@ impl InProcessProvider {
     /// Completes a pending charge after the delay and delivers its webhook. Every call for
     /// a pending charge schedules one, but only the first to complete it sends anything.
     fn complete_later(&self, charge_id: String) {
+        self.announce_later(move |simulator| {
+            simulator
+                .complete_pending(&charge_id)
+                .as_ref()
+                .and_then(charge_event)
+        });
+    }
+
+    /// After the delay, finishes what `complete` finishes and delivers its webhook (none if
+    /// it was finished already).
+    fn announce_later(&self, complete: impl FnOnce(&Simulator) -> Option<OutboundEvent> + 'static) {
         let Some((delivery, delay)) = self.webhooks.clone() else {
             return;
         };
         let simulator = self.simulator.clone();
         actix_web::rt::spawn(async move {
             actix_web::rt::time::sleep(delay).await;
-            let Some(event) = simulator
-                .complete_pending(&charge_id)
-                .as_ref()
-                .and_then(charge_event)
-            else {
+            let Some(event) = complete(&simulator) else {
                 return;
             };
             if let Err(e) = delivery.deliver(&event).await {
@@ -453,6 +463,31 @@ impl PaymentProvider for InProcessProvider {
         charge_id: &'a str,
     ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
         self.update_later(idempotency_key, charge_id, ChargeMove::Cancel)
+    }
+
+    fn create_payout<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a PayoutRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderPayout, ProviderError>> {
+        Box::pin(async move {
+            // As for charges: the money moves first, then the answer takes its time.
+            let payout = self.simulator.payouts.payout(idempotency_key, request);
+            if payout.status == PayoutState::Pending {
+                let id = payout.id.clone();
+                self.announce_later(move |simulator| {
+                    simulator
+                        .payouts
+                        .complete_pending(&id)
+                        .as_ref()
+                        .and_then(payout_event)
+                });
+            }
+            if !self.latency.is_zero() {
+                actix_web::rt::time::sleep(self.latency).await;
+            }
+            Ok(payout)
+        })
     }
 }
 

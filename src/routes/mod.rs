@@ -8,6 +8,7 @@ pub mod input;
 pub mod openapi;
 pub mod ops;
 pub mod payments;
+pub mod payouts;
 pub mod problems;
 pub mod refunds;
 pub mod webhook_endpoints;
@@ -92,6 +93,24 @@ pub const ROUTES: &[Route] = &[
         path: "/v1/balance_transactions/{id}",
         handler: || web::to(balance::get_transaction),
         doc: operation::<balance::__path_get_transaction>,
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/payouts",
+        handler: || web::to(payouts::create),
+        doc: operation::<payouts::__path_create>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/payouts",
+        handler: || web::to(payouts::list),
+        doc: operation::<payouts::__path_list>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/payouts/{id}",
+        handler: || web::to(payouts::get),
+        doc: operation::<payouts::__path_get>,
     },
     Route {
         method: Method::POST,

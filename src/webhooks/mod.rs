@@ -14,13 +14,15 @@ use serde::Deserialize;
 
 use crate::body::parse_json;
 use crate::db::payments::{self as payment_rows, PaymentRow};
+use crate::db::payouts as payout_rows;
 use crate::db::refunds as refund_rows;
 use crate::db::webhook_events::{self as events, Recorded, WebhookEventRow};
 use crate::db::{Db, DbConnection, DbError};
-use crate::domain::{LedgerPolicy, RefundStatus, Timestamp, now, sha256_hex};
+use crate::domain::{LedgerPolicy, PayoutStatus, RefundStatus, Timestamp, now, sha256_hex};
 use crate::error::ApiError;
 use crate::metrics::{self, WebhookOutcome};
 use crate::payments::{CaptureMethod, Charged, PaymentStatus, final_state};
+use crate::payouts::{self, PayoutApplied, PayoutOutcome};
 use crate::provider::{Charge, ProviderStatus};
 use crate::refunds::{self, OutcomeApplied, RefundOutcome};
 use crate::state::AppState;
@@ -75,6 +77,17 @@ struct RefundData {
     failure_code: Option<String>,
 }
 
+/// `data` of `payout.paid` / `payout.failed`.
+#[derive(Debug, Clone, Deserialize)]
+struct PayoutData {
+    payout_id: Option<String>,
+    /// Our payout id.
+    reference: String,
+    amount: Option<i64>,
+    currency: Option<String>,
+    failure_code: Option<String>,
+}
+
 /// What an event asks for, decided before the database is touched.
 #[derive(Debug)]
 enum Effect {
@@ -85,6 +98,10 @@ enum Effect {
     FinishRefund {
         succeeded: bool,
         data: RefundData,
+    },
+    FinishPayout {
+        paid: bool,
+        data: PayoutData,
     },
     /// Recorded and answered 200, nothing else: retrying would not make it applicable.
     Ignore(&'static str),
@@ -126,6 +143,20 @@ enum Applied {
         refund_id: String,
         current: RefundStatus,
     },
+    PayoutFinished {
+        payout_id: String,
+        status: PayoutStatus,
+    },
+    /// The event contradicts the pending payout it names (another provider id, amount or
+    /// currency): never trusted to finish it.
+    PayoutMismatch {
+        payout_id: String,
+        field: &'static str,
+    },
+    PayoutAlreadyFinal {
+        payout_id: String,
+        current: PayoutStatus,
+    },
     Ignored(&'static str),
 }
 
@@ -141,6 +172,15 @@ fn effect_of(envelope: Envelope) -> Effect {
                     data,
                 },
                 Err(_) => Effect::Ignore("refund event data is malformed"),
+            };
+        }
+        kind @ ("payout.paid" | "payout.failed") => {
+            return match serde_json::from_value::<PayoutData>(envelope.data) {
+                Ok(data) => Effect::FinishPayout {
+                    paid: kind == "payout.paid",
+                    data,
+                },
+                Err(_) => Effect::Ignore("payout event data is malformed"),
             };
         }
         _ => return Effect::Ignore("unknown event type"),
@@ -237,8 +277,69 @@ fn apply(
     match effect {
         Effect::FinishPayment { status, data } => finish_payment(conn, status, data, at, policy),
         Effect::FinishRefund { succeeded, data } => finish_refund(conn, succeeded, data),
+        Effect::FinishPayout { paid, data } => finish_payout(conn, paid, data),
         Effect::Ignore(why) => Ok(Applied::Ignored(why)),
     }
+}
+
+/// Finishes the `pending` payout named by `data.reference` through the one function every
+/// path uses: only `pending → final` changes anything.
+fn finish_payout(
+    conn: &mut DbConnection,
+    paid: bool,
+    data: PayoutData,
+) -> diesel::QueryResult<Applied> {
+    if let Some(pending) = payout_rows::find_by_id(conn, &data.reference)?
+        .filter(|p| p.status == PayoutStatus::Pending)
+    {
+        let field = if pending
+            .provider_payout_id
+            .as_deref()
+            .zip(data.payout_id.as_deref())
+            .is_some_and(|(known, told)| known != told)
+        {
+            Some("payout_id")
+        } else if data.amount.is_some_and(|a| a != pending.amount) {
+            Some("amount")
+        } else if data
+            .currency
+            .as_deref()
+            .is_some_and(|c| c != pending.currency)
+        {
+            Some("currency")
+        } else {
+            None
+        };
+        if let Some(field) = field {
+            return Ok(Applied::PayoutMismatch {
+                payout_id: pending.id,
+                field,
+            });
+        }
+    }
+    let outcome = if paid {
+        PayoutOutcome::Paid {
+            provider_payout_id: data.payout_id,
+        }
+    } else {
+        PayoutOutcome::Failed {
+            provider_payout_id: data.payout_id,
+            failure_code: data.failure_code,
+        }
+    };
+    Ok(
+        match payouts::apply_payout_outcome(conn, &data.reference, &outcome, None)? {
+            PayoutApplied::Applied(row) => Applied::PayoutFinished {
+                payout_id: row.id,
+                status: row.status,
+            },
+            PayoutApplied::AlreadyFinal(row) => Applied::PayoutAlreadyFinal {
+                payout_id: row.id,
+                current: row.status,
+            },
+            PayoutApplied::UnknownPayout => Applied::UnknownReference,
+        },
+    )
 }
 
 /// Finishes the `pending` refund named by `data.reference` through the one function every
@@ -427,6 +528,15 @@ fn log_applied(id: &str, event_type: &str, applied: &Applied) {
         }
         Applied::RefundAlreadyFinal { refund_id, current } => {
             tracing::info!(webhook_id = %id, %event_type, %refund_id, %current, "refund already final; nothing changed");
+        }
+        Applied::PayoutFinished { payout_id, status } => {
+            tracing::info!(webhook_id = %id, %event_type, %payout_id, %status, "payout finished by webhook");
+        }
+        Applied::PayoutMismatch { payout_id, field } => {
+            tracing::warn!(webhook_id = %id, %event_type, %payout_id, field, "webhook does not match the payout; nothing changed");
+        }
+        Applied::PayoutAlreadyFinal { payout_id, current } => {
+            tracing::info!(webhook_id = %id, %event_type, %payout_id, %current, "payout already final; nothing changed");
         }
         Applied::Ignored(why) => {
             tracing::info!(webhook_id = %id, %event_type, reason = why, "webhook recorded only");

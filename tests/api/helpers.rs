@@ -17,7 +17,7 @@ use payments_api::db::{
 use payments_api::domain::new_api_key;
 use payments_api::provider::sim_server::{self, Faults};
 use payments_api::provider::{ProviderRefund, Simulator};
-use payments_api::startup::Application;
+use payments_api::startup::{Application, connect_and_migrate};
 use payments_api::state::AppState;
 use serde_json::Value;
 
@@ -29,7 +29,11 @@ pub struct TestApp {
     pub simulator: Arc<Simulator>,
     pub state: AppState,
     handle: ServerHandle,
-    _database: Option<TestDatabase>,
+    /// Shared by the instances of a cluster: the database goes when the last one stops.
+    _database: Option<Arc<TestDatabase>>,
+    /// The database as the test made it (not through a proxy the test may have put in
+    /// between): what the ledger is verified on when the instance stops.
+    ledger_url: String,
 }
 
 pub struct TestResponse {
@@ -192,8 +196,9 @@ pub async fn spawn_app() -> TestApp {
 
 pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     let (database, url) = TestDatabase::create();
-    let mut app = start_instance(test_settings(url), configure, None).await;
-    app._database = Some(database);
+    let mut app = start_instance(test_settings(url.clone()), configure, None).await;
+    app._database = Some(Arc::new(database));
+    app.ledger_url = url;
     app
 }
 
@@ -212,10 +217,11 @@ async fn spawn_app_against(
     configure: impl FnOnce(&mut Settings),
 ) -> TestApp {
     let (database, db_url) = TestDatabase::create();
-    let mut settings = test_settings(db_url);
+    let mut settings = test_settings(db_url.clone());
     settings.provider_url = Some(url.to_owned());
     let mut app = start_instance(settings, configure, Some(ledger)).await;
-    app._database = Some(database);
+    app._database = Some(Arc::new(database));
+    app.ledger_url = db_url;
     app
 }
 
@@ -224,18 +230,20 @@ pub async fn spawn_cluster(
     n: usize,
     provider: &TestProvider,
     configure: impl Fn(&mut Settings),
-) -> (Vec<TestApp>, TestDatabase) {
+) -> (Vec<TestApp>, Arc<TestDatabase>) {
     let (database, url) = TestDatabase::create();
+    let database = Arc::new(database);
     let mut settings = test_settings(url);
     settings.provider_url = Some(provider.url.clone());
     let mut apps = Vec::new();
     for _ in 0..n {
-        let app = start_instance(
+        let mut app = start_instance(
             settings.clone(),
             &configure,
             Some(provider.simulator.clone()),
         )
         .await;
+        app._database = Some(database.clone());
         apps.push(app);
     }
     (apps, database)
@@ -252,6 +260,7 @@ async fn start_instance(
     provider_ledger: Option<Arc<Simulator>>,
 ) -> TestApp {
     configure(&mut settings);
+    let database_url = settings.database_url.clone();
     let api_key = settings.bootstrap_api_key.clone().expect("bootstrap key");
     let app = Application::build(settings)
         .await
@@ -279,6 +288,7 @@ async fn start_instance(
         state,
         handle,
         _database: None,
+        ledger_url: database_url,
     }
 }
 
@@ -597,13 +607,17 @@ impl Drop for TestApp {
         // Every test ends by checking the ledger of the database it used, whatever it
         // asserted itself: a test that breaks an invariant fails here.
         if !std::thread::panicking() {
-            verify_ledger(&self.state.db);
+            verify_ledger_at(&self.ledger_url);
         }
     }
 }
 
-/// `payments-api ledger verify` on `db`: panics with every violation.
-pub fn verify_ledger(db: &payments_api::db::Db) {
+/// `payments-api ledger verify` on the database at `url`, on a connection of its own:
+/// panics with every violation.
+pub fn verify_ledger_at(url: &str) {
+    let mut settings = test_settings(url.to_owned());
+    settings.database_pool_size = 1;
+    let db = connect_and_migrate(&settings).expect("the database, to verify its ledger");
     let mut conn = db.pool().get().expect("a connection to verify the ledger");
     let verification = payments_api::ledger::verify(&mut conn).expect("ledger verify");
     assert!(

@@ -12,6 +12,7 @@ mod keys;
 mod ledger;
 mod ops;
 mod payments;
+mod payouts;
 mod pooler;
 mod rate_limits;
 mod recovery;

@@ -7,7 +7,7 @@ use payments_api::auth::Merchant;
 use payments_api::domain::{Amount, IdempotencyKey, PaymentId};
 use payments_api::provider::{
     CaptureRequest, Charge, ChargeRequest, ChargeUpdate, OutcomeUnknown, PaymentProvider,
-    ProviderError, ProviderRefund, RefundRequest,
+    PayoutRequest, ProviderError, ProviderPayout, ProviderRefund, RefundRequest,
 };
 
 use payments_api::refunds::{self, NewRefund, OutcomeApplied, RefundOutcome};
@@ -508,7 +508,7 @@ async fn a_retry_while_the_refund_runs_gets_409_then_the_replay() {
 }
 
 /// A provider that never answers: every outcome is unknown.
-struct Unreachable;
+pub(crate) struct Unreachable;
 
 impl PaymentProvider for Unreachable {
     fn create_charge<'a>(
@@ -541,6 +541,14 @@ impl PaymentProvider for Unreachable {
         _: &'a str,
         _: &'a str,
     ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
+        Box::pin(async { Err(OutcomeUnknown("timed out".into()).into()) })
+    }
+
+    fn create_payout<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a PayoutRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderPayout, ProviderError>> {
         Box::pin(async { Err(OutcomeUnknown("timed out".into()).into()) })
     }
 }

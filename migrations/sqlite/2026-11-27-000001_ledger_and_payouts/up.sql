@@ -33,16 +33,43 @@ CREATE TABLE ledger_entries (
     PRIMARY KEY (transaction_id, account)
 );
 
-CREATE FUNCTION ledger_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION 'the ledger is append-only: % on % refused', TG_OP, TG_TABLE_NAME;
-END;
-$$;
+CREATE TRIGGER balance_transactions_no_update BEFORE UPDATE ON balance_transactions
+BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: UPDATE on balance_transactions refused'); END;
+CREATE TRIGGER balance_transactions_no_delete BEFORE DELETE ON balance_transactions
+BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: DELETE on balance_transactions refused'); END;
+CREATE TRIGGER ledger_entries_no_update BEFORE UPDATE ON ledger_entries
+BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: UPDATE on ledger_entries refused'); END;
+CREATE TRIGGER ledger_entries_no_delete BEFORE DELETE ON ledger_entries
+BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: DELETE on ledger_entries refused'); END;
 
-CREATE TRIGGER balance_transactions_append_only BEFORE UPDATE OR DELETE ON balance_transactions
-    FOR EACH ROW EXECUTE FUNCTION ledger_append_only();
-CREATE TRIGGER ledger_entries_append_only BEFORE UPDATE OR DELETE ON ledger_entries
-    FOR EACH ROW EXECUTE FUNCTION ledger_append_only();
+-- Payouts: money sent from a merchant's available balance to its bank account. Like a
+-- refund, a payout is its own idempotency record (unique merchant + key; the stored answer
+-- is replayed); a request refused with 422 insufficient_balance is kept as 'rejected'.
+CREATE TABLE payouts (
+    id                  TEXT PRIMARY KEY,
+    merchant_id         TEXT NOT NULL REFERENCES merchants (id),
+    idempotency_key     TEXT NOT NULL,
+    request_fingerprint TEXT NOT NULL,
+    amount              BIGINT NOT NULL CHECK (amount > 0),
+    currency            TEXT NOT NULL,
+    destination         TEXT NOT NULL,
+    description         TEXT,
+    status              TEXT NOT NULL
+        CHECK (status IN ('pending', 'paid', 'failed', 'rejected')),
+    provider_payout_id  TEXT,
+    failure_code        TEXT,
+    response_status     INTEGER,
+    response_body       TEXT,
+    lease_token         TEXT,
+    lease_expires_at    TIMESTAMP,
+    provider_attempts   INTEGER NOT NULL DEFAULT 0,
+    created_at          TIMESTAMP NOT NULL,
+    updated_at          TIMESTAMP NOT NULL,
+    CONSTRAINT payouts_idempotency UNIQUE (merchant_id, idempotency_key)
+);
+
+CREATE INDEX payouts_list ON payouts (merchant_id, id);
+CREATE INDEX payouts_unfinished ON payouts (updated_at) WHERE status = 'pending';
 
 -- The movements that happened before the ledger existed, so that `ledger verify` holds on
 -- an upgraded database: each captured payment's charge (fee at the default schedule,
@@ -50,14 +77,14 @@ CREATE TRIGGER ledger_entries_append_only BEFORE UPDATE OR DELETE ON ledger_entr
 -- failure of each failed one. Ids are UUIDv7-shaped at the movement's own time, so lists
 -- stay newest first.
 CREATE TEMPORARY TABLE ledger_backfill AS
-SELECT 'txn_' || lpad(to_hex((extract(epoch FROM at) * 1000)::bigint), 12, '0') || '7'
-           || substr(md5(source_id || txn_type), 1, 19) AS id,
+SELECT 'txn_' || printf('%012x', CAST((julianday(at) - 2440587.5) * 86400000 AS INTEGER)) || '7'
+           || substr(lower(hex(randomblob(10))), 1, 19) AS id,
        merchant_id, txn_type, source_id, amount, fee, amount - fee AS net, currency,
        available_on, at AS created_at
 FROM (
     SELECT merchant_id, 'charge' AS txn_type, id AS source_id, amount_captured AS amount,
-           LEAST(amount_captured, (amount_captured * 290 + 5000) / 10000 + 30) AS fee,
-           currency, updated_at + INTERVAL '2 days' AS available_on, updated_at AS at
+           MIN(amount_captured, (amount_captured * 290 + 5000) / 10000 + 30) AS fee,
+           currency, strftime('%Y-%m-%d %H:%M:%f', updated_at, '+2 days') AS available_on, updated_at AS at
     FROM payments WHERE status = 'succeeded' AND amount_captured > 0
     UNION ALL
     SELECT merchant_id, 'refund', id, -amount, 0, currency, created_at, created_at
