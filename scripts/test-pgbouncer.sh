@@ -10,7 +10,7 @@
 #
 # It starts its own pgbouncer (config, pidfile and log in a temp dir, a free loopback port)
 # and stops it on exit. Each test gets a role of its own whose search_path is its schema
-# (TEST_DATABASE_POOLER=1 in tests/api/helpers.rs): pgbouncer passes no `options` on.
+# (TEST_DATABASE_POOLER=1 in tests/api/support/database.rs): pgbouncer passes no `options` on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/ops.sh
@@ -23,8 +23,9 @@ if [ $# -eq 0 ]; then
   # Every test but those of ops::, whose database-outage tests put their own TCP proxy in
   # front of PostgreSQL (with `options`, which pgbouncer refuses) and whose binary tests
   # start it with an environment of their own, and the delivery and group-commit tests that
-  # use that proxy.
-  set -- --skip ops:: --skip deliveries::an_attempt_whose_outcome_the_database_missed \
+  # use that proxy; and the Rust client's tests (client::), which test the client, not the
+  # pooler.
+  set -- --skip ops:: --skip client:: --skip deliveries::instances::an_attempt_whose_outcome_the_database_missed \
     --skip group_commit::a_claim_whose_answer_was_lost --skip group_commit::a_finish_whose_commit_answer_was_lost
 fi
 

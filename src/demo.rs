@@ -229,7 +229,7 @@ mod tests {
             settings.database_url = url.clone();
             settings.bind_addr = "127.0.0.1:0".to_owned();
             settings.bootstrap_api_key = Some(demo.key.clone());
-            settings.webhook_secrets = vec![crate::webhooks::WebhookSecret::generate()];
+            settings.webhook_secrets = vec![crate::signing::WebhookSecret::generate()];
             let app = Application::build(settings).await.unwrap();
             let hash = hash_api_key(&demo.key);
             let merchant = app

@@ -11,6 +11,7 @@ pub mod domain;
 pub mod error;
 pub mod events;
 pub mod idempotency;
+pub mod inbound;
 pub mod ledger;
 pub mod metrics;
 pub mod operations;
@@ -27,7 +28,6 @@ pub mod state;
 pub mod telemetry;
 pub mod tls;
 pub mod webhook_endpoints;
-pub mod webhooks;
 
 /// The OpenAPI document, built from the route table.
 pub use routes::openapi;

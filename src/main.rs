@@ -7,9 +7,9 @@ use payments_api::config::Settings;
 use payments_api::db::merchants::{self, ApiKey, Revocation};
 use payments_api::db::{Db, DbConnection};
 use payments_api::domain::{Timestamp, new_api_key};
+use payments_api::signing::WebhookSecret;
 use payments_api::startup::{Application, connect_and_migrate};
 use payments_api::telemetry;
-use payments_api::webhooks::WebhookSecret;
 
 /// An idempotent payment API: a payment request, however often it is sent, charges at most
 /// once.

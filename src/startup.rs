@@ -12,19 +12,18 @@ use crate::auth::ApiKeyCache;
 use crate::config::Settings;
 use crate::db::{self, DatabaseTarget, Db, merchants};
 use crate::idempotency::{FinalAnswers, InFlight};
+use crate::inbound;
 use crate::operations::Recovery;
 use crate::payments::CreatePayment;
 use crate::payouts::CreatePayout;
-use crate::provider::{
-    HttpProvider, InProcessProvider, PaymentProvider, RetryPolicy, Simulator, WebhookDelivery,
-};
+use crate::provider::sim::{InProcessProvider, RetryPolicy, Simulator, WebhookDelivery};
+use crate::provider::{HttpProvider, PaymentProvider};
 use crate::rate_limit::RateLimits;
 use crate::refunds::CreateRefund;
 use crate::routes;
 use crate::shutdown::{Shutdown, WORKER_GRACE};
 use crate::signing::WebhookSecret;
 use crate::state::{AppState, RequestId};
-use crate::webhooks;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -197,7 +196,7 @@ fn start_background_tasks(state: &AppState) {
             })
         })
         .spawn(state);
-    webhooks::spawn_retention_task(state);
+    inbound::spawn_retention_task(state);
     crate::events::spawn_retention_task(state);
     crate::deliveries::spawn_worker(state);
 }

@@ -6,10 +6,10 @@ use std::sync::atomic::Ordering;
 
 use clap::Parser;
 use payments_api::config::LogFormat;
-use payments_api::provider::sim_server::{self, Faults};
-use payments_api::provider::{RetryPolicy, Simulator, WebhookDelivery};
+use payments_api::provider::sim::server::{self, Faults};
+use payments_api::provider::sim::{RetryPolicy, Simulator, WebhookDelivery};
+use payments_api::signing::WebhookSecret;
 use payments_api::telemetry;
-use payments_api::webhooks::WebhookSecret;
 
 fn setting(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
@@ -112,7 +112,7 @@ fn run() -> Result<(), String> {
     let listener = payments_api::startup::listen(&bind)
         .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
     actix_web::rt::System::new().block_on(async move {
-        let server = sim_server::serve(listener, Arc::new(Simulator::new()), faults, webhooks)
+        let server = server::serve(listener, Arc::new(Simulator::new()), faults, webhooks)
             .map_err(|e| e.to_string())?;
         tracing::info!(%bind, "provider-sim listening");
         server.await.map_err(|e| e.to_string())

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 
 use crate::tls::ClientTls;
 
-use super::{
+use super::protocol::{
     CaptureRequest, Charge, ChargeRequest, ChargeUpdate, OutcomeUnknown, PaymentProvider,
     PayoutRequest, ProviderError, ProviderPayout, ProviderRefund, RefundRequest,
 };

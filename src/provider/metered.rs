@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use futures_util::future::LocalBoxFuture;
 
-use super::{
+use super::protocol::{
     CaptureRequest, Charge, ChargeRequest, ChargeUpdate, PaymentProvider, PayoutRequest,
     ProviderError, ProviderPayout, ProviderRefund, RefundRequest,
 };

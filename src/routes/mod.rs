@@ -4,6 +4,7 @@ pub mod authenticate;
 pub mod balance;
 pub mod events;
 pub mod health;
+pub mod inbound;
 pub mod input;
 pub mod openapi;
 pub mod ops;
@@ -12,7 +13,6 @@ pub mod payouts;
 pub mod problems;
 pub mod refunds;
 pub mod webhook_endpoints;
-pub mod webhooks;
 
 use actix_web::http::Method;
 use actix_web::{HttpResponse, web};
@@ -115,8 +115,8 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: Method::POST,
         path: "/v1/webhooks/provider",
-        handler: || web::to(webhooks::provider),
-        doc: operation::<webhooks::__path_provider>,
+        handler: || web::to(inbound::provider),
+        doc: operation::<inbound::__path_provider>,
     },
     Route {
         method: Method::GET,

@@ -11,7 +11,7 @@ use payments_api::db::payments as payment_rows;
 use payments_api::events;
 use serde_json::{Value, json};
 
-use crate::helpers::{
+use crate::support::{
     TestApp, TestResponse, spawn_app, spawn_app_with, spawn_app_with_provider, spawn_cluster,
     spawn_provider, visa,
 };
@@ -61,18 +61,6 @@ impl TestApp {
             body.to_string().into_bytes(),
         )
         .await
-    }
-}
-
-async fn wait_until_final(app: &TestApp, id: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let payment = app.get(&format!("/v1/payments/{id}")).await.json();
-        if payment["status"] != "processing" {
-            return payment;
-        }
-        assert!(Instant::now() < deadline, "{id} still processing");
-        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -209,7 +197,7 @@ async fn a_payment_finished_by_the_providers_webhook_has_one_event_and_no_reques
         app.events_of(&id).await.is_empty(),
         "no event while processing"
     );
-    let payment = wait_until_final(&app, &id).await;
+    let payment = app.wait_until_final(&id, Duration::from_secs(20)).await;
     assert_eq!(payment["status"], "succeeded");
     let events = app.events_of(&id).await;
     assert_eq!(events.len(), 1);
@@ -282,7 +270,7 @@ async fn the_providers_webhook_racing_the_request_records_one_event_per_payment(
     for id in join_all(races).await {
         let events = app.events_of(&id).await;
         assert_eq!(events.len(), 1, "{id}: {events:?}");
-        let stored = wait_until_final(&app, &id).await;
+        let stored = app.wait_until_final(&id, Duration::from_secs(20)).await;
         let event: Value = serde_json::from_str(&events[0].body).unwrap();
         assert_eq!(
             event["data"]["object"], stored,
@@ -462,7 +450,7 @@ async fn a_payment_the_recovery_worker_finishes_has_one_event_and_no_request() {
     let response = app.post_payment("ev-recovered", &visa(900)).await;
     assert_eq!(response.status, 202, "{}", response.text());
     let id = response.json()["id"].as_str().unwrap().to_owned();
-    let payment = wait_until_final(&app, &id).await;
+    let payment = app.wait_until_final(&id, Duration::from_secs(20)).await;
     assert_eq!(payment["status"], "succeeded");
     let events = app.events_of(&id).await;
     assert_eq!(events.len(), 1);

@@ -4,7 +4,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use serde_json::json;
 
-use crate::helpers::{spawn_app, spawn_app_with, visa};
+use crate::support::{spawn_app, spawn_app_with, visa, wait_until};
 
 #[actix_web::test]
 async fn a_hundred_concurrent_identical_requests_charge_once_and_answer_alike() {
@@ -83,7 +83,12 @@ async fn a_retry_while_the_first_runs_gets_409_then_the_replay_once_finished() {
     .await;
     let body = visa(700);
     let (first, retry) = tokio::join!(app.post_payment("slow", &body), async {
-        actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+        wait_until(
+            Duration::from_secs(10),
+            "the first request has claimed the key",
+            || async { app.payment_rows().await == 1 },
+        )
+        .await;
         app.post_payment("slow", &body).await
     });
     let problem = retry.assert_problem(409, "idempotency_key_in_use");
@@ -112,7 +117,12 @@ async fn a_retry_that_waits_gets_the_outcome_without_a_second_charge() {
     .await;
     let body = visa(800);
     let (first, retry) = tokio::join!(app.post_payment("wait", &body), async {
-        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+        wait_until(
+            Duration::from_secs(10),
+            "the first request has claimed the key",
+            || async { app.payment_rows().await == 1 },
+        )
+        .await;
         app.post_payment("wait", &body).await
     });
     assert_eq!(first.status, 201);
@@ -172,7 +182,12 @@ async fn a_different_request_under_a_running_key_is_refused_at_once() {
     let app = spawn_app_with(|s| s.provider_latency = Duration::from_millis(1000)).await;
     let (body, different) = (visa(900), visa(901));
     let (first, other) = tokio::join!(app.post_payment("busy", &body), async {
-        actix_web::rt::time::sleep(Duration::from_millis(200)).await;
+        wait_until(
+            Duration::from_secs(10),
+            "the first request has claimed the key",
+            || async { app.payment_rows().await == 1 },
+        )
+        .await;
         let started = std::time::Instant::now();
         let response = app.post_payment("busy", &different).await;
         (response, started.elapsed())

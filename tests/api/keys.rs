@@ -13,7 +13,7 @@ use payments_api::db::merchants::{self, ApiKey, Revocation};
 use payments_api::db::{DatabaseTarget, DbConnection, build_pool};
 use payments_api::domain::new_api_key;
 
-use crate::helpers::{
+use crate::support::{
     TestApp, TestDatabase, pass_database_settings, spawn_app_with, spawn_cluster, spawn_provider,
     test_settings, visa,
 };

@@ -14,10 +14,10 @@ use payments_api::db::schema::balance_transactions;
 use payments_api::refunds::{self, RefundOutcome};
 use serde_json::{Value, json};
 
-use crate::helpers::{
+use crate::refunds::refund_through_unreachable_provider;
+use crate::support::{
     TestApp, TestDatabase, pass_database_settings, spawn_app, spawn_app_with, test_settings,
 };
-use crate::refunds::refund_through_unreachable_provider;
 
 /// `(available, pending)` in usd, as `GET /v1/balance` answers.
 async fn usd_balance(app: &TestApp) -> (i64, i64) {
@@ -320,7 +320,7 @@ fn verify_command(url: &str) -> (i32, String) {
 #[actix_web::test]
 async fn ledger_verify_passes_a_true_ledger_and_names_each_violation() {
     let (database, url) = TestDatabase::create();
-    let app = crate::helpers::start_on(test_settings(url.clone())).await;
+    let app = crate::support::start_on(test_settings(url.clone())).await;
     let payment_id = app.paid_payment(2000).await;
     app.post_refund(&payment_id, "verify-refund", &json!({"amount": 500}))
         .await;
@@ -377,7 +377,7 @@ async fn ledger_verify_passes_a_true_ledger_and_names_each_violation() {
 #[actix_web::test]
 async fn an_upgraded_database_gets_the_transactions_of_what_existed_before_the_ledger() {
     let (database, url) = TestDatabase::create();
-    let app = crate::helpers::start_on(test_settings(url.clone())).await;
+    let app = crate::support::start_on(test_settings(url.clone())).await;
     // Money moved the way the previous release moved it: payments, a capture, refunds,
     // one of them failed.
     let mut sources = Vec::new();
@@ -418,14 +418,14 @@ async fn an_upgraded_database_gets_the_transactions_of_what_existed_before_the_l
     let db = payments_api::startup::connect_and_migrate(&test_settings(url.clone()))
         .expect("the database");
     let mut conn = db.pool().get().expect("connection");
-    revert_last_migration(&mut *conn);
+    revert_last_migration(&mut conn);
     let gone = diesel::sql_query("SELECT 1 FROM balance_transactions").execute(&mut **conn);
     assert!(
         gone.is_err(),
         "the ledger's tables are gone before the upgrade"
     );
     drop(conn);
-    let app = crate::helpers::start_on(test_settings(url.clone())).await;
+    let app = crate::support::start_on(test_settings(url.clone())).await;
     assert_eq!(
         ledger_summary(&app).await,
         posted,

@@ -1,11 +1,13 @@
-//! One integration-test binary: every module starts the real server on port 0.
+//! One integration-test binary: every module starts the real server on port 0. The service's
+//! tests are the modules here; the Rust client's (`payments-client`) are under `client/`;
+//! both use the one test-support tree, `support/`.
 //! `cargo test` runs on SQLite; `TEST_DATABASE_URL=postgres://… cargo test` on PostgreSQL.
 
 mod captures;
+mod client;
 mod deliveries;
 mod events;
 mod group_commit;
-mod helpers;
 mod hostile;
 mod idempotency;
 mod keys;
@@ -18,5 +20,6 @@ mod rate_limits;
 mod recovery;
 mod refunds;
 mod schema;
+mod support;
 mod validation;
 mod webhooks;

@@ -3,7 +3,7 @@ use std::sync::atomic::Ordering;
 use futures_util::future::join_all;
 use serde_json::json;
 
-use crate::helpers::{
+use crate::support::{
     ScriptedProvider, provider_answer, spawn_app, spawn_app_with_provider,
     spawn_app_with_provider_url, spawn_provider, visa,
 };

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, TestResponse, spawn_app_with, spawn_cluster, spawn_provider};
+use crate::support::{TestApp, TestResponse, spawn_app_with, spawn_cluster, spawn_provider};
 
 impl TestApp {
     async fn post_payout(&self, key: &str, body: &Value) -> TestResponse {

@@ -7,7 +7,7 @@ use diesel::RunQueryDsl;
 use payments_api::db::DbConnection;
 use serde_json::json;
 
-use crate::helpers::{TestApp, spawn_app_with, visa};
+use crate::support::{TestApp, behind_pooler, on_postgres_or_skip, skip, spawn_app_with, visa};
 
 /// Named statements on the one pooled session after the payment and refund paths ran.
 async fn named_statements_after_traffic(prepared_statements: bool) -> i64 {
@@ -53,10 +53,13 @@ async fn traffic(app: &TestApp) {
 
 #[actix_web::test]
 async fn with_prepared_statements_off_the_service_names_no_statement() {
-    let on_postgres = std::env::var("TEST_DATABASE_URL").is_ok_and(|u| !u.is_empty());
-    // Behind the test pooler the session seen is whichever server the pooler picked.
-    if !on_postgres || std::env::var("TEST_DATABASE_POOLER").is_ok_and(|v| v == "1") {
-        eprintln!("SKIPPED: needs PostgreSQL reached directly (TEST_DATABASE_URL)");
+    if !on_postgres_or_skip("counts the prepared statements of a PostgreSQL session") {
+        return;
+    }
+    if behind_pooler() {
+        skip(
+            "needs PostgreSQL reached directly: behind the pooler the session seen is whichever server it picked",
+        );
         return;
     }
     assert!(

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use payments_api::db::{merchants, payments as payment_rows};
-use payments_api::webhooks::{WebhookSecret, sign};
+use payments_api::inbound::{WebhookSecret, sign};
 use serde_json::json;
 
-use crate::helpers::{TEST_WEBHOOK_SECRET, TestApp, TestResponse, spawn_app_with, visa};
+use crate::support::{TEST_WEBHOOK_SECRET, TestApp, TestResponse, spawn_app_with, visa};
 
 /// Asserts a well-formed 429 and returns its `Retry-After` seconds.
 fn assert_rate_limited(response: &TestResponse) -> u64 {

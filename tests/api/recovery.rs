@@ -8,26 +8,10 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use serde_json::Value;
 
-use crate::helpers::{
-    ServiceProcess, TestApp, TestDatabase, spawn_app_with_provider, spawn_cluster, spawn_provider,
-    test_client, visa,
+use crate::support::{
+    ServiceProcess, TestDatabase, assert_holds_for, spawn_app_with_provider, spawn_cluster,
+    spawn_provider, test_client, visa, wait_until,
 };
-
-/// Polls the payment until it is no longer `processing`.
-async fn wait_until_final(app: &TestApp, id: &str, within: Duration) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let payment = app.get(&format!("/v1/payments/{id}")).await.json();
-        if payment["status"] != "processing" {
-            return payment;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "payment {id} still processing after {within:?}"
-        );
-        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[actix_web::test]
 async fn a_provider_500_is_retried_with_the_same_key_and_charges_once() {
@@ -94,7 +78,13 @@ async fn a_charge_the_provider_refuses_fails_at_once_and_is_not_asked_again() {
         );
 
         // Leases and recovery passes come and go: the payment is final, nobody asks again.
-        actix_web::rt::time::sleep(Duration::from_millis(600)).await;
+        let asked = statuses.len() as u64;
+        assert_holds_for(
+            Duration::from_millis(600),
+            "nobody asks the provider again",
+            || async { calls() - calls_before <= asked },
+        )
+        .await;
         let retry = app.post_payment(key, &visa(1500)).await;
         assert_eq!(retry.status, 201);
         assert_eq!(retry.header("idempotent-replayed"), Some("true"));
@@ -190,7 +180,7 @@ async fn every_answer_lost_gives_202_and_recovery_finishes_with_one_charge() {
     );
 
     let id = pending["id"].as_str().unwrap();
-    let finished = wait_until_final(&app, id, Duration::from_secs(10)).await;
+    let finished = app.wait_until_final(id, Duration::from_secs(10)).await;
     assert_eq!(finished["status"], "succeeded");
     assert_eq!(app.charges(), 1, "resuming used the same idempotency key");
 
@@ -216,14 +206,19 @@ async fn provider_down_gives_202_and_the_recovery_worker_finishes_once_it_is_bac
     let id = response.json()["id"].as_str().unwrap().to_owned();
     assert_eq!(app.charges(), 0);
     // While the provider is down the payment stays processing, whoever retries.
-    actix_web::rt::time::sleep(Duration::from_millis(500)).await;
+    assert_holds_for(
+        Duration::from_millis(500),
+        "the payment stays processing while the provider is down",
+        || async { app.get(&format!("/v1/payments/{id}")).await.json()["status"] == "processing" },
+    )
+    .await;
     assert_eq!(
         app.get(&format!("/v1/payments/{id}")).await.json()["status"],
         "processing"
     );
 
     provider.faults.down.store(false, Ordering::SeqCst);
-    let finished = wait_until_final(&app, &id, Duration::from_secs(10)).await;
+    let finished = app.wait_until_final(&id, Duration::from_secs(10)).await;
     assert_eq!(finished["status"], "succeeded");
     assert_eq!(app.charges(), 1);
     let retry = app.post_payment("outage", &visa(1200)).await;
@@ -418,11 +413,12 @@ async fn a_refund_whose_answer_was_lost_is_finished_by_recovery_once() {
         "the money went back, the answer did not"
     );
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while app.refund_totals(&payment_id).await != (500, 500) {
-        assert!(Instant::now() < deadline, "the refund was never finished");
-        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        Duration::from_secs(10),
+        "the refund is finished",
+        || async { app.refund_totals(&payment_id).await == (500, 500) },
+    )
+    .await;
     assert_eq!(
         provider.simulator.refunds().len(),
         1,

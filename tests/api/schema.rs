@@ -11,7 +11,7 @@ use payments_api::db::schema::{
     webhook_deliveries, webhook_endpoints, webhook_events,
 };
 
-use crate::helpers::spawn_app;
+use crate::support::spawn_app;
 
 #[derive(QueryableByName)]
 struct ColumnName {

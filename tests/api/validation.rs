@@ -1,6 +1,6 @@
 //! Bad input: a clear problem+json answer, and nothing stored or charged.
 
-use crate::helpers::spawn_app;
+use crate::support::spawn_app;
 
 #[actix_web::test]
 async fn bad_requests_get_their_status_and_code_and_change_nothing() {

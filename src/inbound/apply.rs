@@ -1,0 +1,283 @@
+//! Applying a recorded event, inside the transaction that recorded it: a payment or refund
+//! still in flight is finished through the same functions every other path uses, and an
+//! event that contradicts what we know is recorded and changes nothing.
+
+use crate::db::DbConnection;
+use crate::db::payments::{self as payment_rows, PaymentRow};
+use crate::db::refunds as refund_rows;
+use crate::domain::{LedgerPolicy, PayoutStatus, RefundStatus, Timestamp};
+use crate::payments::{CaptureMethod, Charged, PaymentStatus, final_state};
+use crate::provider::{Charge, ProviderStatus};
+use crate::refunds::{self, OutcomeApplied, RefundOutcome};
+
+use super::event::{ChargeData, Effect, RefundData};
+
+/// What applying an effect did, for the log.
+#[derive(Debug)]
+pub(super) enum Applied {
+    PaymentFinished {
+        payment_id: String,
+        status: PaymentStatus,
+    },
+    /// The payment is already final: the event would move it backwards or sideways (or
+    /// repeats what is stored), so nothing changes.
+    PaymentAlreadyFinal {
+        payment_id: String,
+        current: PaymentStatus,
+        event_status: PaymentStatus,
+    },
+    /// The event contradicts what we know of the charge (another charge id, amount or
+    /// currency): never trusted to finish the payment.
+    PaymentMismatch {
+        payment_id: String,
+        field: &'static str,
+    },
+    UnknownReference,
+    RefundFinished {
+        refund_id: String,
+        status: RefundStatus,
+    },
+    /// The event contradicts what we know of the refund (another refund id, charge or
+    /// amount): never trusted to finish it.
+    RefundMismatch {
+        refund_id: String,
+        field: &'static str,
+    },
+    /// The refund is already final: nothing changes.
+    RefundAlreadyFinal {
+        refund_id: String,
+        current: RefundStatus,
+    },
+    PayoutFinished {
+        payout_id: String,
+        status: PayoutStatus,
+    },
+    /// The event contradicts the pending payout it names (another provider id, amount or
+    /// currency): never trusted to finish it.
+    PayoutMismatch {
+        payout_id: String,
+        field: &'static str,
+    },
+    PayoutAlreadyFinal {
+        payout_id: String,
+        current: PayoutStatus,
+    },
+    Ignored(&'static str),
+}
+
+/// Runs inside the transaction that recorded the event: an error rolls back both.
+pub(super) fn apply(
+    conn: &mut DbConnection,
+    effect: Effect,
+    at: Timestamp,
+    policy: &LedgerPolicy,
+) -> diesel::QueryResult<Applied> {
+    match effect {
+        Effect::FinishPayment { status, data } => finish_payment(conn, status, data, at, policy),
+        Effect::FinishRefund { succeeded, data } => finish_refund(conn, succeeded, data),
+        Effect::FinishPayout { paid, data } => super::payouts::finish_payout(conn, paid, data),
+        Effect::Ignore(why) => Ok(Applied::Ignored(why)),
+    }
+}
+
+/// Finishes the `pending` refund named by `data.reference` through the one function every
+/// path uses (request, retry, recovery, webhook): only `pending → final` changes anything.
+fn finish_refund(
+    conn: &mut DbConnection,
+    succeeded: bool,
+    data: RefundData,
+) -> diesel::QueryResult<Applied> {
+    if let Some(field) = refund_mismatch(conn, &data)? {
+        return Ok(Applied::RefundMismatch {
+            refund_id: data.reference,
+            field,
+        });
+    }
+    let outcome = if succeeded {
+        RefundOutcome::Succeeded {
+            provider_refund_id: data.refund_id,
+        }
+    } else {
+        RefundOutcome::Failed {
+            provider_refund_id: data.refund_id,
+            failure_code: data.failure_code,
+        }
+    };
+    Ok(
+        match refunds::apply_refund_outcome(conn, &data.reference, &outcome, None)? {
+            OutcomeApplied::Applied(row) => Applied::RefundFinished {
+                refund_id: row.id,
+                status: row.status,
+            },
+            OutcomeApplied::AlreadyFinal(row) => Applied::RefundAlreadyFinal {
+                refund_id: row.id,
+                current: row.status,
+            },
+            OutcomeApplied::UnknownRefund => Applied::UnknownReference,
+        },
+    )
+}
+
+fn finish_payment(
+    conn: &mut DbConnection,
+    status: ProviderStatus,
+    data: ChargeData,
+    at: Timestamp,
+    policy: &LedgerPolicy,
+) -> diesel::QueryResult<Applied> {
+    let Some(row) = payment_rows::find_by_id(conn, &data.reference)? else {
+        return Ok(Applied::UnknownReference);
+    };
+    let event_status = match status {
+        ProviderStatus::Succeeded => PaymentStatus::Succeeded,
+        ProviderStatus::RequiresCapture => PaymentStatus::RequiresCapture,
+        _ => PaymentStatus::Failed,
+    };
+    let already_final = |row: &PaymentRow| Applied::PaymentAlreadyFinal {
+        payment_id: row.id.clone(),
+        current: row.status,
+        event_status,
+    };
+    if row.status != PaymentStatus::Processing {
+        return Ok(already_final(&row));
+    }
+    if let Some(field) = mismatch(&row, status, &data) {
+        return Ok(Applied::PaymentMismatch {
+            payment_id: row.id,
+            field,
+        });
+    }
+    let charge = Charge {
+        id: data.charge_id,
+        status,
+        amount: row.amount,
+        currency: row.currency.clone(),
+        reference: row.id.clone(),
+        failure_code: data.failure_code,
+        failure_message: data.failure_message,
+    };
+    let (final_row, body) = final_state(row.clone(), Charged::Answered(charge), at)
+        .map_err(|e| diesel::result::Error::QueryBuilderError(e.to_string().into()))?;
+    // Guarded by `status = 'processing'`: if the request path finished it meanwhile, its
+    // stored answer stands (and its event is the payment's one event).
+    if crate::payments::finish_recorded(conn, &final_row, &body, None, policy)? {
+        Ok(Applied::PaymentFinished {
+            payment_id: final_row.id,
+            status: final_row.status,
+        })
+    } else {
+        // Finished meanwhile: report the state it was finished in, not the one read above.
+        let now = payment_rows::find_by_id(conn, &row.id)?.unwrap_or(row);
+        Ok(already_final(&now))
+    }
+}
+
+fn mismatch(row: &PaymentRow, status: ProviderStatus, data: &ChargeData) -> Option<&'static str> {
+    // An automatic payment is charged, never only authorized; a manual one is authorized,
+    // never charged before its capture.
+    let manual = row.capture_method == CaptureMethod::Manual.as_str();
+    match status {
+        ProviderStatus::Succeeded if manual => return Some("capture_method"),
+        ProviderStatus::RequiresCapture if !manual => return Some("capture_method"),
+        _ => {}
+    }
+    if row
+        .provider_charge_id
+        .as_deref()
+        .is_some_and(|known| known != data.charge_id)
+    {
+        return Some("charge_id");
+    }
+    if data.amount.is_some_and(|amount| amount != row.amount) {
+        return Some("amount");
+    }
+    if data
+        .currency
+        .as_deref()
+        .is_some_and(|c| !c.eq_ignore_ascii_case(&row.currency))
+    {
+        return Some("currency");
+    }
+    None
+}
+
+/// What a refund event contradicts in the pending refund it names, if anything: a final
+/// or unknown refund is left to [`refunds::apply_refund_outcome`] to report.
+fn refund_mismatch(
+    conn: &mut DbConnection,
+    data: &RefundData,
+) -> diesel::QueryResult<Option<&'static str>> {
+    let Some(refund) = refund_rows::find_by_id(conn, &data.reference)? else {
+        return Ok(None);
+    };
+    if refund.status != RefundStatus::Pending {
+        return Ok(None);
+    }
+    let differs = |known: Option<&str>, told: Option<&str>| {
+        known.zip(told).is_some_and(|(known, told)| known != told)
+    };
+    if differs(
+        refund.provider_refund_id.as_deref(),
+        data.refund_id.as_deref(),
+    ) {
+        return Ok(Some("refund_id"));
+    }
+    if data.amount.is_some_and(|amount| amount != refund.amount) {
+        return Ok(Some("amount"));
+    }
+    let charge = payment_rows::find_by_id(conn, &refund.payment_id)?
+        .and_then(|payment| payment.provider_charge_id);
+    if differs(charge.as_deref(), data.charge_id.as_deref()) {
+        return Ok(Some("charge_id"));
+    }
+    Ok(None)
+}
+
+pub(super) fn log_applied(id: &str, event_type: &str, applied: &Applied) {
+    match applied {
+        Applied::PaymentFinished { payment_id, status } => {
+            tracing::info!(webhook_id = %id, %event_type, %payment_id, %status, "payment finished by webhook");
+        }
+        Applied::PaymentAlreadyFinal {
+            payment_id,
+            current,
+            event_status,
+        } if current == event_status => {
+            tracing::info!(webhook_id = %id, %event_type, %payment_id, "payment already in the event's state; nothing changed");
+        }
+        Applied::PaymentAlreadyFinal {
+            payment_id,
+            current,
+            event_status,
+        } => {
+            tracing::warn!(webhook_id = %id, %event_type, %payment_id, %current, %event_status, "webhook would move a final payment; nothing changed");
+        }
+        Applied::PaymentMismatch { payment_id, field } => {
+            tracing::warn!(webhook_id = %id, %event_type, %payment_id, field, "webhook does not match the payment; nothing changed");
+        }
+        Applied::UnknownReference => {
+            tracing::warn!(webhook_id = %id, %event_type, "webhook for an unknown reference; recorded only");
+        }
+        Applied::RefundFinished { refund_id, status } => {
+            tracing::info!(webhook_id = %id, %event_type, %refund_id, %status, "refund finished by webhook");
+        }
+        Applied::RefundMismatch { refund_id, field } => {
+            tracing::warn!(webhook_id = %id, %event_type, %refund_id, field, "webhook does not match the refund; nothing changed");
+        }
+        Applied::RefundAlreadyFinal { refund_id, current } => {
+            tracing::info!(webhook_id = %id, %event_type, %refund_id, %current, "refund already final; nothing changed");
+        }
+        Applied::PayoutFinished { payout_id, status } => {
+            tracing::info!(webhook_id = %id, %event_type, %payout_id, %status, "payout finished by webhook");
+        }
+        Applied::PayoutMismatch { payout_id, field } => {
+            tracing::warn!(webhook_id = %id, %event_type, %payout_id, field, "webhook does not match the payout; nothing changed");
+        }
+        Applied::PayoutAlreadyFinal { payout_id, current } => {
+            tracing::info!(webhook_id = %id, %event_type, %payout_id, %current, "payout already final; nothing changed");
+        }
+        Applied::Ignored(why) => {
+            tracing::info!(webhook_id = %id, %event_type, reason = why, "webhook recorded only");
+        }
+    }
+}

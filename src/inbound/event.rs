@@ -1,0 +1,99 @@
+//! What a provider event asks for, read from its body before the database is touched.
+
+use serde::Deserialize;
+
+use crate::provider::ProviderStatus;
+
+/// The envelope every provider event shares. Unknown fields are allowed: the provider
+/// may add some, and the signature already vouches for the content.
+#[derive(Debug, Deserialize)]
+pub(super) struct Envelope {
+    #[serde(rename = "type")]
+    pub(super) kind: String,
+    #[serde(default)]
+    pub(super) data: serde_json::Value,
+}
+
+/// `data` of `charge.succeeded` / `charge.failed`.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct ChargeData {
+    pub(super) charge_id: String,
+    /// Our payment id.
+    pub(super) reference: String,
+    pub(super) amount: Option<i64>,
+    pub(super) currency: Option<String>,
+    pub(super) failure_code: Option<String>,
+    pub(super) failure_message: Option<String>,
+}
+
+/// `data` of `refund.succeeded` / `refund.failed`.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct RefundData {
+    pub(super) refund_id: Option<String>,
+    /// Our refund id.
+    pub(super) reference: String,
+    pub(super) charge_id: Option<String>,
+    pub(super) amount: Option<i64>,
+    pub(super) failure_code: Option<String>,
+}
+
+/// `data` of `payout.paid` / `payout.failed`.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct PayoutData {
+    pub(super) payout_id: Option<String>,
+    /// Our payout id.
+    pub(super) reference: String,
+    pub(super) amount: Option<i64>,
+    pub(super) currency: Option<String>,
+    pub(super) failure_code: Option<String>,
+}
+
+/// What an event asks for, decided before the database is touched.
+#[derive(Debug)]
+pub(super) enum Effect {
+    FinishPayment {
+        status: ProviderStatus,
+        data: ChargeData,
+    },
+    FinishRefund {
+        succeeded: bool,
+        data: RefundData,
+    },
+    FinishPayout {
+        paid: bool,
+        data: PayoutData,
+    },
+    /// Recorded and answered 200, nothing else: retrying would not make it applicable.
+    Ignore(&'static str),
+}
+
+pub(super) fn effect_of(envelope: Envelope) -> Effect {
+    let status = match envelope.kind.as_str() {
+        "charge.succeeded" => ProviderStatus::Succeeded,
+        "charge.failed" => ProviderStatus::Failed,
+        "charge.requires_capture" => ProviderStatus::RequiresCapture,
+        kind @ ("refund.succeeded" | "refund.failed") => {
+            return match serde_json::from_value::<RefundData>(envelope.data) {
+                Ok(data) => Effect::FinishRefund {
+                    succeeded: kind == "refund.succeeded",
+                    data,
+                },
+                Err(_) => Effect::Ignore("refund event data is malformed"),
+            };
+        }
+        kind @ ("payout.paid" | "payout.failed") => {
+            return match serde_json::from_value::<PayoutData>(envelope.data) {
+                Ok(data) => Effect::FinishPayout {
+                    paid: kind == "payout.paid",
+                    data,
+                },
+                Err(_) => Effect::Ignore("payout event data is malformed"),
+            };
+        }
+        _ => return Effect::Ignore("unknown event type"),
+    };
+    match serde_json::from_value::<ChargeData>(envelope.data) {
+        Ok(data) => Effect::FinishPayment { status, data },
+        Err(_) => Effect::Ignore("charge event data is malformed"),
+    }
+}

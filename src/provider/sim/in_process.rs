@@ -1,0 +1,172 @@
+//! The simulator as the service's [`PaymentProvider`] in its own process: the money moves
+//! at once, the answer after an optional latency, and pending charges complete later with a
+//! signed webhook.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::LocalBoxFuture;
+
+use super::ledger::ChargeMove;
+use super::payouts::payout_event;
+use super::simulator::Simulator;
+use super::webhooks::{OutboundEvent, WebhookDelivery, charge_event};
+use crate::provider::protocol::{
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, PaymentProvider, PayoutRequest,
+    PayoutState, ProviderError, ProviderPayout, ProviderRefund, ProviderStatus, RefundRequest,
+};
+
+/// The simulator inside the service's process, with an optional latency per call. With
+/// webhooks configured, pending charges complete after `async_delay` and are announced by
+/// a signed webhook, as a real provider would.
+pub struct InProcessProvider {
+    simulator: Arc<Simulator>,
+    latency: Duration,
+    webhooks: Option<(Arc<WebhookDelivery>, Duration)>,
+}
+
+impl InProcessProvider {
+    pub fn new(simulator: Arc<Simulator>, latency: Duration) -> Self {
+        Self {
+            simulator,
+            latency,
+            webhooks: None,
+        }
+    }
+
+    pub fn with_webhooks(mut self, delivery: WebhookDelivery, async_delay: Duration) -> Self {
+        self.webhooks = Some((Arc::new(delivery), async_delay));
+        self
+    }
+
+    /// Completes a pending charge after the delay and delivers its webhook. Every call for
+    /// a pending charge schedules one, but only the first to complete it sends anything.
+    fn complete_later(&self, charge_id: String) {
+        self.announce_later(move |simulator| {
+            simulator
+                .complete_pending(&charge_id)
+                .as_ref()
+                .and_then(charge_event)
+        });
+    }
+
+    /// After the delay, finishes what `complete` finishes and delivers its webhook (none if
+    /// it was finished already).
+    fn announce_later(&self, complete: impl FnOnce(&Simulator) -> Option<OutboundEvent> + 'static) {
+        let Some((delivery, delay)) = self.webhooks.clone() else {
+            return;
+        };
+        let simulator = self.simulator.clone();
+        actix_web::rt::spawn(async move {
+            actix_web::rt::time::sleep(delay).await;
+            let Some(event) = complete(&simulator) else {
+                return;
+            };
+            if let Err(e) = delivery.deliver(&event).await {
+                tracing::error!(error = %e, "simulator gave up delivering a webhook");
+            }
+        });
+    }
+}
+
+impl PaymentProvider for InProcessProvider {
+    fn create_charge<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a ChargeRequest,
+    ) -> LocalBoxFuture<'a, Result<Charge, ProviderError>> {
+        Box::pin(async move {
+            // The money moves first, the answer takes its time: a request that dies while
+            // waiting has already charged, which is what recovery must cope with.
+            let charge = self.simulator.charge(idempotency_key, request);
+            if charge.status == ProviderStatus::Pending {
+                self.complete_later(charge.id.clone());
+            }
+            if !self.latency.is_zero() {
+                actix_web::rt::time::sleep(self.latency).await;
+            }
+            Ok(charge)
+        })
+    }
+
+    fn create_refund<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a RefundRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderRefund, ProviderError>> {
+        Box::pin(async move {
+            // As for charges: the money moves first, then the answer takes its time.
+            let refund = self.simulator.refund(idempotency_key, request);
+            if !self.latency.is_zero() {
+                actix_web::rt::time::sleep(self.latency).await;
+            }
+            Ok(refund)
+        })
+    }
+
+    fn capture_charge<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        charge_id: &'a str,
+        request: &'a CaptureRequest,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
+        self.update_later(
+            idempotency_key,
+            charge_id,
+            ChargeMove::Capture(request.amount),
+        )
+    }
+
+    fn cancel_charge<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        charge_id: &'a str,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
+        self.update_later(idempotency_key, charge_id, ChargeMove::Cancel)
+    }
+
+    fn create_payout<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a PayoutRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderPayout, ProviderError>> {
+        Box::pin(async move {
+            // As for charges: the money moves first, then the answer takes its time.
+            let payout = self.simulator.payouts.payout(idempotency_key, request);
+            if payout.status == PayoutState::Pending {
+                let id = payout.id.clone();
+                self.announce_later(move |simulator| {
+                    simulator
+                        .payouts
+                        .complete_pending(&id)
+                        .as_ref()
+                        .and_then(payout_event)
+                });
+            }
+            if !self.latency.is_zero() {
+                actix_web::rt::time::sleep(self.latency).await;
+            }
+            Ok(payout)
+        })
+    }
+}
+
+impl InProcessProvider {
+    /// As for charges: the money moves first, then the answer takes its time.
+    fn update_later<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        charge_id: &'a str,
+        change: ChargeMove,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
+        Box::pin(async move {
+            let answer = self
+                .simulator
+                .update_charge(idempotency_key, charge_id, change);
+            if !self.latency.is_zero() {
+                actix_web::rt::time::sleep(self.latency).await;
+            }
+            answer.map_err(ProviderError::Refused)
+        })
+    }
+}

@@ -1,0 +1,28 @@
+//! The simulated payment provider: the test payment methods of the contract, each call
+//! answered once per idempotency key, a ledger of the money moved that tests can read, and
+//! signed webhooks for the charges that finish later.
+//!
+//! ```text
+//! Simulator ─── cards       the outcome of each test payment method
+//!   │       └── ledger      charges, refunds, captures and cancels, over a journal of the
+//!   │                       first answer to each key (journal)
+//!   ├─ InProcessProvider    the service's PaymentProvider in its own process (the default)
+//!   └─ server               the same over HTTP, with fault injection (`provider-sim`, tests)
+//! webhooks                  the signed events it sends, retried until a 2xx
+//! ```
+
+mod cards;
+mod in_process;
+mod journal;
+mod ledger;
+mod payouts;
+pub mod server;
+mod simulator;
+pub mod webhooks;
+
+pub use in_process::InProcessProvider;
+pub use ledger::ChargeMove;
+pub use payouts::{SimPayouts, SimulatedPayout};
+pub use server::Faults;
+pub use simulator::Simulator;
+pub use webhooks::{RetryPolicy, WebhookDelivery};

@@ -1,0 +1,238 @@
+//! The real binary: logs without secrets, SIGTERM, bad settings.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// The real binary: logs, SIGTERM, bad settings
+
+#[actix_web::test]
+async fn logs_are_json_lines_without_keys_secrets_signatures_or_bodies() {
+    let mut service = Service::start(&[
+        ("LOG_FORMAT", "json"),
+        ("BOOTSTRAP_API_KEY", API_KEY),
+        ("WEBHOOK_SECRETS", WEBHOOK_SECRET),
+    ])
+    .await;
+    let bearer = format!("Bearer {API_KEY}");
+    let body_marker = "BODYMARKER7f3a";
+    let body = json!({
+        "amount": 4200, "currency": "usd", "payment_method": "pm_card_visa",
+        "description": body_marker, "metadata": {"note": body_marker}
+    })
+    .to_string();
+    let (status, created) = service
+        .send(
+            "POST",
+            "/v1/payments",
+            &[
+                ("Authorization", &bearer),
+                ("Content-Type", "application/json"),
+                ("Idempotency-Key", "log-test-1"),
+                ("X-Request-Id", "req-log-test-1"),
+            ],
+            &body,
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let payment: Value = serde_json::from_str(&created).unwrap();
+    // A bad request echoing the body, a wrong key, and a signed webhook delivery.
+    let (status, _) = service
+        .send(
+            "POST",
+            "/v1/payments",
+            &[
+                ("Authorization", &bearer),
+                ("Content-Type", "application/json"),
+                ("Idempotency-Key", "log-test-2"),
+            ],
+            &format!("{{\"amount\": \"{body_marker}\"}}"),
+        )
+        .await;
+    assert_eq!(status, 400);
+    let wrong_key = "sk_test_WRONGKEY_0123456789abcdef";
+    let (status, _) = service
+        .send(
+            "GET",
+            "/v1/payments",
+            &[("Authorization", &format!("Bearer {wrong_key}"))],
+            "",
+        )
+        .await;
+    assert_eq!(status, 401);
+    let signature = "v1,U0lHTkFUVVJFTUFSS0VSMTIzNDU2Nzg5MGFiY2RlZg==";
+    let webhook_body = format!(
+        "{{\"type\":\"charge.succeeded\",\"data\":{{\"reference\":\"{}\",\"note\":\"{body_marker}\"}}}}",
+        payment["id"].as_str().unwrap()
+    );
+    let (status, _) = service
+        .send(
+            "POST",
+            "/v1/webhooks/provider",
+            &[
+                ("Content-Type", "application/json"),
+                ("webhook-id", "msg_logtest"),
+                ("webhook-timestamp", "1700000000"),
+                ("webhook-signature", signature),
+            ],
+            &webhook_body,
+        )
+        .await;
+    assert!(status < 500, "{status}");
+
+    service.sigterm();
+    assert!(service.wait_for_exit().await.success());
+    let output = service.output();
+
+    // The logs were captured, as JSON lines with the request fields.
+    assert!(output.contains("req-log-test-1"), "{output}");
+    let mut request_lines = 0;
+    for line in output.lines().filter(|l| !l.trim().is_empty()) {
+        let event: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        if event["request_id"] == "req-log-test-1" && event["message"] == "request" {
+            request_lines += 1;
+            assert_eq!(event["route"], "/v1/payments");
+            assert_eq!(event["status"], 201);
+            assert!(event["latency_ms"].is_number());
+            assert!(event["merchant"].as_str().is_some_and(|m| !m.is_empty()));
+        }
+    }
+    assert_eq!(request_lines, 1, "{output}");
+    for secret in [
+        API_KEY,
+        bearer.as_str(),
+        wrong_key,
+        WEBHOOK_SECRET,
+        "V0VCSE9PS1NFQ1JFVE1BUktFUjEyMzQ1Ng", // the secret's key part
+        signature,
+        "U0lHTkFUVVJFTUFSS0VSMTIzNDU2Nzg5MGFiY2RlZg", // the signature's MAC part
+        body_marker,
+    ] {
+        assert!(
+            !output.contains(secret),
+            "{secret:?} appears in the logs:\n{output}"
+        );
+    }
+}
+
+#[actix_web::test]
+async fn sigterm_lets_the_in_flight_payment_finish_then_exits_0() {
+    let mut service = Service::start(&[
+        ("BOOTSTRAP_API_KEY", API_KEY),
+        ("PROVIDER_LATENCY_MS", "1500"),
+    ])
+    .await;
+    let bearer = format!("Bearer {API_KEY}");
+    let answered = Arc::new(AtomicBool::new(false));
+    let in_flight = async {
+        let answer = service
+            .send(
+                "POST",
+                "/v1/payments",
+                &[
+                    ("Authorization", &bearer),
+                    ("Content-Type", "application/json"),
+                    ("Idempotency-Key", "sigterm-1"),
+                ],
+                &visa(990).to_string(),
+            )
+            .await;
+        answered.store(true, Ordering::SeqCst);
+        answer
+    };
+    let lines = service.lines.clone();
+    let pid = service.child.id().to_string();
+    let port = service.port;
+    let answered_flag = answered.clone();
+    let terminate = async move {
+        let answered = answered_flag;
+        // The provider call is under way once the payment is claimed.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("payment claimed"))
+        {
+            assert!(Instant::now() < deadline, "the payment was never claimed");
+            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(status.success());
+        // The server stops accepting at once: new connections are refused while the
+        // payment is still in flight.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            assert!(Instant::now() < deadline, "still accepting after SIGTERM");
+            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        let refused = !answered.load(Ordering::SeqCst);
+        (port, refused)
+    };
+    let ((status, body), (port, refused)) = tokio::join!(in_flight, terminate);
+    assert!(
+        refused,
+        "the listener closed only after the in-flight request was answered"
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["status"],
+        "succeeded"
+    );
+    let exit = service.wait_for_exit().await;
+    assert_eq!(exit.code(), Some(0), "{}", service.output());
+    assert!(
+        TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the port is still open"
+    );
+}
+
+#[actix_web::test]
+async fn a_bad_setting_stops_the_start_and_names_the_variable() {
+    let output = Command::new(env!("CARGO_BIN_EXE_payments-api"))
+        .current_dir(std::env::temp_dir())
+        .env_clear()
+        .env("PROVIDER_TIMEOUT_MS", "soon")
+        .env("DATABASE_URL", "sqlite://never-created.db")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the binary runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("PROVIDER_TIMEOUT_MS"), "{stderr}");
+    assert!(stderr.contains("soon"), "{stderr}");
+}
+
+/// `provider-sim` too: `--help` describes it and exits 0 (it does not start serving); a
+/// bad argument or setting stops it with exit 2 and a message naming the setting.
+#[actix_web::test]
+async fn provider_sim_has_help_and_a_bad_setting_stops_it() {
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        Command::new(env!("CARGO_BIN_EXE_provider-sim"))
+            .current_dir(std::env::temp_dir())
+            .env_clear()
+            // Never serves: were a setting let through, it would stop at the address.
+            .env("PROVIDER_SIM_BIND", "nowhere")
+            .envs(env.iter().copied())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("the binary runs")
+    };
+    let help = run(&["--help"], &[]);
+    assert_eq!(help.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&help.stdout);
+    assert!(stdout.contains("Usage: provider-sim"), "{stdout}");
+    assert!(stdout.contains("PROVIDER_FAIL_RATE"), "{stdout}");
+    assert_eq!(run(&["--bogus"], &[]).status.code(), Some(2));
+    for (name, value) in [
+        ("RUST_LOG", "[[["),
+        ("LOG_FORMAT", "xml"),
+        ("PROVIDER_FAIL_RATE", "2"),
+    ] {
+        let output = run(&[], &[(name, value)]);
+        assert_eq!(output.status.code(), Some(2), "{name}={value}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(name), "{stderr}");
+    }
+}

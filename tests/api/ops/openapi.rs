@@ -1,0 +1,244 @@
+//! The OpenAPI document and the docs page.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// OpenAPI and the docs page
+
+fn method_key(method: &actix_web::http::Method) -> String {
+    method.as_str().to_ascii_lowercase()
+}
+
+/// Every `$ref` in the document, e.g. `#/components/schemas/Payment`.
+fn refs(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if k == "$ref" {
+                    out.push(v.as_str().unwrap_or_default().to_owned());
+                } else {
+                    refs(v, out);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+        _ => {}
+    }
+}
+
+#[actix_web::test]
+async fn the_openapi_document_describes_every_route_the_service_serves() {
+    let app = spawn_app().await;
+    let response = app.request("GET", "/openapi.json", &[], Vec::new()).await;
+    assert_eq!(response.status, 200);
+    let doc = response.json();
+    assert!(
+        doc["openapi"].as_str().unwrap().starts_with("3."),
+        "{}",
+        doc["openapi"]
+    );
+    assert!(doc["info"]["title"].is_string() && doc["info"]["version"].is_string());
+    let paths = doc["paths"].as_object().expect("paths");
+
+    // Every served route is documented, with responses and X-Request-Id on each.
+    for route in ROUTES {
+        let operation = &doc["paths"][route.path][method_key(&route.method)];
+        assert!(
+            operation.is_object(),
+            "{} {} is served but not in the document",
+            route.method,
+            route.path
+        );
+        assert!(
+            operation["tags"][0].is_string(),
+            "{} {} has no tag",
+            route.method,
+            route.path
+        );
+        let responses = operation["responses"].as_object().expect("responses");
+        assert!(!responses.is_empty(), "{} {}", route.method, route.path);
+        for (status, response) in responses {
+            assert!(
+                response["headers"]["X-Request-Id"].is_object(),
+                "{} {} {status} lacks X-Request-Id",
+                route.method,
+                route.path
+            );
+        }
+    }
+    // Every operation has its own id: client generators name methods after them, and two
+    // operations sharing one (both handlers called `list`) break the generated client.
+    let mut operation_ids = std::collections::HashSet::new();
+    for route in ROUTES {
+        let id = doc["paths"][route.path][method_key(&route.method)]["operationId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{} {} has no operationId", route.method, route.path));
+        assert!(
+            operation_ids.insert(id.to_owned()),
+            "operationId {id} is used twice ({} {} among them)",
+            route.method,
+            route.path
+        );
+    }
+    // Nothing is documented that is not served.
+    for (path, item) in paths {
+        for method in item.as_object().unwrap().keys() {
+            assert!(
+                ROUTES
+                    .iter()
+                    .any(|r| r.path == path && method_key(&r.method) == *method),
+                "{method} {path} is documented but not served"
+            );
+        }
+    }
+    // The table is what is served: each route answers (401 without a key is fine), never
+    // "no such route".
+    for route in ROUTES {
+        let path = route.path.replace("{id}", "pay_x");
+        let answer = app
+            .request(route.method.as_str(), &path, &[], Vec::new())
+            .await;
+        assert!(
+            answer.status != 404,
+            "{} {path}: {}",
+            route.method,
+            answer.status
+        );
+    }
+
+    // Every schema reference resolves.
+    let mut all = Vec::new();
+    refs(&doc, &mut all);
+    assert!(!all.is_empty());
+    for reference in all {
+        let name = reference
+            .strip_prefix("#/components/schemas/")
+            .unwrap_or_else(|| panic!("unexpected $ref {reference}"));
+        assert!(
+            doc["components"]["schemas"][name].is_object(),
+            "{reference} does not resolve"
+        );
+    }
+
+    // The headers of the idempotency contract and the problem responses.
+    let create = &doc["paths"]["/v1/payments"]["post"];
+    let key = create["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "Idempotency-Key")
+        .expect("Idempotency-Key documented");
+    assert_eq!(key["in"], "header");
+    assert_eq!(key["required"], true);
+    assert!(create["responses"]["201"]["headers"]["Idempotent-Replayed"].is_object());
+    for status in ["409", "503"] {
+        assert!(
+            create["responses"][status]["headers"]["Retry-After"].is_object(),
+            "{status} lacks Retry-After"
+        );
+    }
+    for status in ["202", "400", "401", "413", "415", "422", "500"] {
+        assert!(create["responses"][status].is_object(), "{status} missing");
+    }
+    assert!(
+        create["responses"]["409"]["content"]["application/problem+json"]["schema"]["$ref"]
+            .as_str()
+            .is_some_and(|r| r.ends_with("/Problem"))
+    );
+    assert!(create["requestBody"]["content"]["application/json"]["schema"].is_object());
+    assert_eq!(create["security"][0]["api_key"], json!([]));
+    assert_eq!(
+        doc["components"]["securitySchemes"]["api_key"]["scheme"],
+        "bearer"
+    );
+    for schema in [
+        "CreatePaymentRequest",
+        "Payment",
+        "PaymentList",
+        "PaymentStatus",
+        "Problem",
+    ] {
+        assert!(
+            doc["components"]["schemas"][schema].is_object(),
+            "{schema} missing"
+        );
+    }
+    let payment = &doc["components"]["schemas"]["Payment"]["properties"];
+    for field in [
+        "id",
+        "amount",
+        "currency",
+        "status",
+        "amount_refunded",
+        "created_at",
+    ] {
+        assert!(payment[field].is_object(), "Payment.{field} missing");
+    }
+    assert!(
+        doc["paths"]["/health/ready"]["get"]["responses"]["503"]["headers"]["Retry-After"]
+            .is_object()
+    );
+}
+
+#[actix_web::test]
+async fn the_docs_page_is_served_from_the_binary() {
+    let app = spawn_app().await;
+    let redirect = awc::Client::builder()
+        .disable_redirects()
+        .finish()
+        .get(format!("{}/docs", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(redirect.status(), 308);
+    assert_eq!(
+        redirect
+            .headers()
+            .get("location")
+            .unwrap()
+            .to_str()
+            .unwrap(),
+        "/docs/"
+    );
+
+    let page = app.request("GET", "/docs/", &[], Vec::new()).await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.header("content-type")
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let html = page.text();
+    // Every script and stylesheet is local, and is there.
+    let mut assets = Vec::new();
+    for attribute in ["src=\"", "href=\""] {
+        for piece in html.split(attribute).skip(1) {
+            let target = piece.split('"').next().unwrap();
+            assert!(
+                !target.contains("://") && !target.starts_with("//"),
+                "the docs page loads {target} from elsewhere"
+            );
+            assets.push(target.trim_start_matches("./").to_owned());
+        }
+    }
+    assert!(assets.iter().any(|a| a.ends_with(".js")), "{html}");
+    for asset in assets {
+        let file = app
+            .request("GET", &format!("/docs/{asset}"), &[], Vec::new())
+            .await;
+        assert_eq!(file.status, 200, "/docs/{asset}");
+    }
+    let init = app
+        .request("GET", "/docs/swagger-initializer.js", &[], Vec::new())
+        .await;
+    assert_eq!(init.status, 200);
+    let init = init.text();
+    assert!(init.contains("/openapi.json"), "{init}");
+    assert!(!init.contains("https://"), "{init}");
+    // A file the page does not have is a 404 like any other: a problem, with a request id.
+    for missing in ["/docs/nope.js", "/docs/%00"] {
+        let response = app.request("GET", missing, &[], Vec::new()).await;
+        response.assert_problem(404, "not_found");
+        assert!(response.header("x-request-id").is_some(), "{missing}");
+    }
+}
