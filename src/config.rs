@@ -116,7 +116,7 @@ const MAX_MILLIS: u64 = 100 * 365 * 24 * 3600 * 1000;
 /// webhook endpoint's URL), and no query: a path is allowed, the provider's API may live
 /// under one.
 fn is_base_url(url: &str) -> bool {
-    crate::deliveries::destination::EndpointUrl::parse(url).is_ok() && !url.contains(['?', '#'])
+    crate::domain::EndpointUrl::parse(url).is_ok() && !url.contains(['?', '#'])
 }
 
 impl Settings {
@@ -162,7 +162,7 @@ impl Settings {
         };
 
         let database_url = get("DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
-        crate::db::DatabaseTarget::parse(&database_url)
+        crate::db::pool::DatabaseTarget::parse(&database_url)
             .map_err(|why| ConfigError::new("DATABASE_URL", why))?;
 
         let bind_addr = get("BIND_ADDR").unwrap_or_else(|| "127.0.0.1:8080".to_owned());

@@ -9,7 +9,7 @@
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use crate::db::DatabaseTarget;
+use crate::db::pool::DatabaseTarget;
 use crate::domain::new_api_key;
 
 /// The file's name, beside the SQLite database (or under `data/`, see [`key_file`]).

@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use payments_api::config::Settings;
 use payments_api::db::merchants::{self, ApiKey, Revocation};
 use payments_api::db::{Db, DbConnection};
-use payments_api::domain::{Timestamp, new_api_key};
+use payments_api::domain::{ApiKeyId, Timestamp, new_api_key};
 use payments_api::signing::WebhookSecret;
 use payments_api::startup::{Application, connect_and_migrate};
 use payments_api::telemetry;
@@ -252,7 +252,7 @@ fn key_line(key: &ApiKey, merchant: &str) -> String {
 fn revoke_key(conn: &mut DbConnection, key_id: &str) -> Result<(), String> {
     // Checked here rather than by clap, whose message would echo the value: it may be a
     // key pasted by mistake.
-    if !merchants::is_api_key_id(key_id) {
+    if !ApiKeyId::is_valid(key_id) {
         return Err(
             "KEY_ID must be a key id like key_0190… (32 hex digits), not a key; \
                     `api-keys list` shows them"

@@ -10,7 +10,8 @@ use actix_web::{App, HttpMessage, HttpServer, web};
 
 use crate::auth::ApiKeyCache;
 use crate::config::Settings;
-use crate::db::{self, DatabaseTarget, Db, merchants};
+use crate::db::pool::DatabaseTarget;
+use crate::db::{self, Db, merchants};
 use crate::idempotency::{FinalAnswers, InFlight};
 use crate::inbound;
 use crate::operations::Recovery;
@@ -64,7 +65,7 @@ fn bare_not_found_as_problem(res: ServiceResponse) -> ServiceResponse {
 pub fn connect_and_migrate(settings: &Settings) -> Result<Db, StartupError> {
     let target = DatabaseTarget::parse(&settings.database_url)
         .map_err(|why| crate::config::ConfigError::new("DATABASE_URL", why))?;
-    let pool = db::build_pool(
+    let pool = db::pool::build_pool(
         target.clone(),
         settings.database_pool_size,
         settings.database_prepared_statements,
@@ -73,7 +74,7 @@ pub fn connect_and_migrate(settings: &Settings) -> Result<Db, StartupError> {
     let mut conn = pool
         .get()
         .map_err(|e| StartupError::Database(format!("cannot connect to the database: {e}")))?;
-    db::run_migrations(&mut conn).map_err(StartupError::Database)?;
+    db::migrate::run_migrations(&mut conn).map_err(StartupError::Database)?;
     drop(conn);
     Ok(Db::new(pool, &target))
 }

@@ -7,7 +7,7 @@
 
 use diesel::prelude::*;
 
-use super::DbConnection;
+use super::pool::DbConnection;
 use super::schema::{payment_operations, payments};
 use crate::domain::{CaptureStatus, PaymentStatus, Timestamp};
 

@@ -4,13 +4,11 @@
 
 use diesel::prelude::*;
 
-use super::DbConnection;
+use super::pool::DbConnection;
 use super::schema::{events, webhook_deliveries, webhook_endpoints};
-use crate::domain::Timestamp;
+use crate::domain::{DeliveryStatus, EndpointStatus, Timestamp};
 
-pub const PENDING: &str = "pending";
-pub const SUCCEEDED: &str = "succeeded";
-pub const FAILED: &str = "failed";
+const PENDING: DeliveryStatus = DeliveryStatus::Pending;
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = webhook_deliveries)]
@@ -19,7 +17,8 @@ pub struct DeliveryRow {
     pub endpoint_id: String,
     pub event_id: String,
     pub event_type: String,
-    pub status: String,
+    #[diesel(deserialize_as = String, serialize_as = String)]
+    pub status: DeliveryStatus,
     pub attempts: i32,
     pub next_attempt_at: Option<Timestamp>,
     pub lease_token: Option<String>,
@@ -45,7 +44,7 @@ impl DeliveryRow {
             endpoint_id: endpoint_id.to_owned(),
             event_id: event_id.to_owned(),
             event_type: event_type.to_owned(),
-            status: PENDING.to_owned(),
+            status: PENDING,
             attempts: 0,
             next_attempt_at: Some(at),
             lease_token: None,
@@ -78,7 +77,7 @@ type DueAndFree = diesel::dsl::And<
 /// Pending, due by `now`, and nobody's lease on it.
 fn due_and_free(now: Timestamp) -> DueAndFree {
     webhook_deliveries::status
-        .eq(PENDING)
+        .eq(PENDING.as_str())
         .and(webhook_deliveries::next_attempt_at.le(now))
         .and(
             webhook_deliveries::lease_expires_at
@@ -98,7 +97,7 @@ pub fn endpoints_with_due(
     let mut query = webhook_deliveries::table
         .inner_join(webhook_endpoints::table)
         .filter(due_and_free(now))
-        .filter(webhook_endpoints::status.eq(super::webhook_endpoints::ENABLED))
+        .filter(webhook_endpoints::status.eq(EndpointStatus::Enabled.as_str()))
         .select(webhook_deliveries::endpoint_id)
         .distinct()
         .limit(limit)
@@ -113,7 +112,7 @@ pub fn endpoints_with_due(
 /// the worker's next pass need not wait longer.
 pub fn next_due_after(conn: &mut DbConnection, now: Timestamp) -> QueryResult<Option<Timestamp>> {
     webhook_deliveries::table
-        .filter(webhook_deliveries::status.eq(PENDING))
+        .filter(webhook_deliveries::status.eq(PENDING.as_str()))
         .filter(webhook_deliveries::next_attempt_at.gt(now))
         .select(diesel::dsl::min(webhook_deliveries::next_attempt_at))
         .first(conn)
@@ -218,17 +217,19 @@ pub fn finish_attempt(
     next: NextStep,
 ) -> QueryResult<bool> {
     let (status, next_attempt_at) = match next {
-        NextStep::Succeeded => (SUCCEEDED, None),
+        NextStep::Succeeded => (DeliveryStatus::Succeeded, None),
         NextStep::RetryAt(at) => (PENDING, Some(at)),
-        NextStep::Failed => (FAILED, None),
+        NextStep::Failed => (DeliveryStatus::Failed, None),
     };
+    let status = PENDING.move_to(status)?;
     diesel::update(
         webhook_deliveries::table
             .filter(webhook_deliveries::id.eq(id))
-            .filter(webhook_deliveries::lease_token.eq(token)),
+            .filter(webhook_deliveries::lease_token.eq(token))
+            .filter(webhook_deliveries::status.eq(PENDING.as_str())),
     )
     .set((
-        webhook_deliveries::status.eq(status),
+        webhook_deliveries::status.eq(status.as_str()),
         webhook_deliveries::attempts.eq(webhook_deliveries::attempts + 1),
         webhook_deliveries::next_attempt_at.eq(next_attempt_at),
         webhook_deliveries::lease_token.eq(None::<String>),
@@ -247,7 +248,7 @@ pub fn finish_attempt(
 pub fn list_for_endpoint(
     conn: &mut DbConnection,
     endpoint_id: &str,
-    status: Option<&str>,
+    status: Option<DeliveryStatus>,
     starting_after: Option<&str>,
     limit: i64,
 ) -> QueryResult<Option<Vec<DeliveryRow>>> {
@@ -266,7 +267,7 @@ pub fn list_for_endpoint(
         .limit(limit + 1)
         .into_boxed();
     if let Some(status) = status {
-        query = query.filter(webhook_deliveries::status.eq(status.to_owned()));
+        query = query.filter(webhook_deliveries::status.eq(status.as_str()));
     }
     if let Some(cursor) = starting_after {
         query = query.filter(webhook_deliveries::id.lt(cursor.to_owned()));
@@ -305,9 +306,9 @@ pub fn replay_candidates(
         .limit(limit)
         .into_boxed();
     query = match candidates {
-        ReplayCandidates::Failed => {
-            query.filter(events::id.eq_any(delivered.filter(webhook_deliveries::status.eq(FAILED))))
-        }
+        ReplayCandidates::Failed => query.filter(events::id.eq_any(
+            delivered.filter(webhook_deliveries::status.eq(DeliveryStatus::Failed.as_str())),
+        )),
         ReplayCandidates::DeliveredOr { types: None } => query,
         ReplayCandidates::DeliveredOr { types: Some(types) } => query.filter(
             events::event_type
@@ -324,7 +325,7 @@ pub fn statuses_for_events(
     conn: &mut DbConnection,
     endpoint_id: &str,
     event_ids: &[String],
-) -> QueryResult<Vec<(String, String)>> {
+) -> QueryResult<Vec<(String, DeliveryStatus)>> {
     let mut out = Vec::new();
     // Bounded IN lists: SQLite allows at most 32 766 parameters per statement.
     for chunk in event_ids.chunks(1000) {
@@ -337,15 +338,21 @@ pub fn statuses_for_events(
                 .load::<(String, String)>(conn)?,
         );
     }
-    Ok(out)
+    out.into_iter()
+        .map(|(event_id, status)| {
+            let status = DeliveryStatus::try_from(status)
+                .map_err(|e| diesel::result::Error::DeserializationError(e.into()))?;
+            Ok((event_id, status))
+        })
+        .collect()
 }
 
 /// When the oldest delivery still waiting for an enabled endpoint was created.
 pub fn oldest_pending(conn: &mut DbConnection) -> QueryResult<Option<Timestamp>> {
     webhook_deliveries::table
         .inner_join(webhook_endpoints::table)
-        .filter(webhook_deliveries::status.eq(PENDING))
-        .filter(webhook_endpoints::status.eq(super::webhook_endpoints::ENABLED))
+        .filter(webhook_deliveries::status.eq(PENDING.as_str()))
+        .filter(webhook_endpoints::status.eq(EndpointStatus::Enabled.as_str()))
         .select(diesel::dsl::min(webhook_deliveries::created_at))
         .first(conn)
 }

@@ -8,7 +8,7 @@
 
 use diesel::prelude::*;
 
-use super::DbConnection;
+use super::pool::DbConnection;
 use super::schema::{event_sequence, events};
 use crate::domain::Timestamp;
 

@@ -31,7 +31,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use diesel::result::Error as DieselError;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-use super::{Db, DbConnection, DbError};
+use super::Db;
+use super::error::DbError;
+use super::pool::DbConnection;
 
 /// How one kind of write reaches the database, chosen once at start from the backend, so
 /// that the flows that write never ask which it is.

@@ -5,7 +5,7 @@
 
 use diesel::prelude::*;
 
-use super::DbConnection;
+use super::pool::DbConnection;
 use super::schema::idempotency_keys;
 use crate::domain::Timestamp;
 

@@ -5,7 +5,7 @@
 //! Every move is one guarded update, so of any number of requests, retries, instances and
 //! recovery workers exactly one owns a row at a time.
 
-use super::DbConnection;
+use super::pool::DbConnection;
 use crate::domain::Timestamp;
 
 /// A row that a request owns while it is unfinished, through a lease: what the one
@@ -57,7 +57,7 @@ macro_rules! lease_protocol {
         /// Takes over an unfinished row whose lease is free. Returns whether this caller
         /// won; of many callers at once exactly one does.
         fn take_over(
-            conn: &mut $crate::db::DbConnection,
+            conn: &mut $crate::db::pool::DbConnection,
             id: &str,
             token: &str,
             now: $crate::domain::Timestamp,
@@ -85,7 +85,7 @@ macro_rules! lease_protocol {
         /// Gives up the lease of an unfinished row (outcome unknown, or pending at the
         /// provider), so a retry can take it over at once. Only the owner can give it up.
         fn release(
-            conn: &mut $crate::db::DbConnection,
+            conn: &mut $crate::db::pool::DbConnection,
             id: &str,
             token: &str,
             provider_id: Option<&str>,
@@ -109,7 +109,7 @@ macro_rules! lease_protocol {
 
         /// A row by id alone, whatever its merchant (workers, webhooks, the mechanism).
         pub fn find_by_id(
-            conn: &mut $crate::db::DbConnection,
+            conn: &mut $crate::db::pool::DbConnection,
             id: &str,
         ) -> diesel::QueryResult<Option<$row>> {
             $table::table
@@ -123,7 +123,7 @@ macro_rules! lease_protocol {
         /// that applies an outcome (on SQLite a transaction must write before it reads), and
         /// the guard that lets exactly one of several concurrent finishers through.
         pub fn lock_unfinished(
-            conn: &mut $crate::db::DbConnection,
+            conn: &mut $crate::db::pool::DbConnection,
             id: &str,
             now: $crate::domain::Timestamp,
         ) -> diesel::QueryResult<bool> {
@@ -140,7 +140,7 @@ macro_rules! lease_protocol {
         /// Unfinished rows nobody owns and nobody has touched since `untouched_since`:
         /// their request died, or answered 202 and was never retried. Oldest first.
         fn find_abandoned(
-            conn: &mut $crate::db::DbConnection,
+            conn: &mut $crate::db::pool::DbConnection,
             now: $crate::domain::Timestamp,
             untouched_since: $crate::domain::Timestamp,
             limit: i64,
@@ -159,17 +159,17 @@ macro_rules! lease_protocol {
                 .load(conn)
         }
 
-        impl $crate::db::Leased for $row {
+        impl $crate::db::lease::Leased for $row {
             fn reload(
                 &self,
-                conn: &mut $crate::db::DbConnection,
+                conn: &mut $crate::db::pool::DbConnection,
             ) -> diesel::QueryResult<Option<Self>> {
                 find_by_id(conn, &self.id)
             }
 
             fn take_over(
                 &self,
-                conn: &mut $crate::db::DbConnection,
+                conn: &mut $crate::db::pool::DbConnection,
                 token: &str,
                 now: $crate::domain::Timestamp,
                 lease: chrono::Duration,
@@ -179,7 +179,7 @@ macro_rules! lease_protocol {
 
             fn release(
                 &mut self,
-                conn: &mut $crate::db::DbConnection,
+                conn: &mut $crate::db::pool::DbConnection,
                 token: &str,
                 provider_ref: Option<&str>,
                 now: $crate::domain::Timestamp,
@@ -194,9 +194,9 @@ macro_rules! lease_protocol {
             }
         }
 
-        impl $crate::db::Recoverable for $row {
+        impl $crate::db::lease::Recoverable for $row {
             fn find_abandoned(
-                conn: &mut $crate::db::DbConnection,
+                conn: &mut $crate::db::pool::DbConnection,
                 now: $crate::domain::Timestamp,
                 untouched_since: $crate::domain::Timestamp,
                 limit: i64,

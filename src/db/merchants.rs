@@ -7,9 +7,10 @@
 
 use diesel::prelude::*;
 
+use super::error::DbError;
+use super::pool::DbConnection;
 use super::schema::{api_keys, merchants};
-use super::{DbConnection, DbError};
-use crate::domain::{Timestamp, now, sha256_hex};
+use crate::domain::{ApiKeyId, MerchantId, Timestamp, now, sha256_hex};
 
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = merchants)]
@@ -29,19 +30,6 @@ pub struct ApiKey {
     pub last4: Option<String>,
     pub created_at: Timestamp,
     pub revoked_at: Option<Timestamp>,
-}
-
-pub const API_KEY_ID_PREFIX: &str = "key_";
-
-/// Whether `raw` has the shape of an API key id: `key_` and 32 lowercase hex digits (a
-/// UUIDv7 for new keys, random for keys given an id by the migration).
-pub fn is_api_key_id(raw: &str) -> bool {
-    raw.strip_prefix(API_KEY_ID_PREFIX).is_some_and(|hex| {
-        hex.len() == 32
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
 }
 
 pub fn hash_api_key(key: &str) -> String {
@@ -87,7 +75,7 @@ pub fn ensure_merchant(conn: &mut DbConnection, name: &str) -> Result<Merchant, 
     if let Some(m) = find_by_name(conn, name)? {
         return Ok(m);
     }
-    let id = format!("mer_{}", uuid::Uuid::now_v7().simple());
+    let id = MerchantId::generate().into_string();
     let inserted = diesel::insert_into(merchants::table)
         .values((
             merchants::id.eq(&id),
@@ -115,7 +103,7 @@ pub fn create_api_key(
     label: Option<&str>,
 ) -> Result<ApiKey, DbError> {
     let row = ApiKey {
-        id: format!("{API_KEY_ID_PREFIX}{}", uuid::Uuid::now_v7().simple()),
+        id: ApiKeyId::generate().into_string(),
         merchant_id: merchant.id.clone(),
         label: label.map(str::to_owned),
         last4: last4(key),
@@ -218,8 +206,8 @@ mod tests {
 
     #[test]
     fn key_ids_have_one_shape() {
-        let id = format!("{API_KEY_ID_PREFIX}{}", uuid::Uuid::now_v7().simple());
-        assert!(is_api_key_id(&id), "{id}");
+        let id = ApiKeyId::generate().into_string();
+        assert!(ApiKeyId::is_valid(&id), "{id}");
         for bad in [
             "",
             "key_",
@@ -228,7 +216,7 @@ mod tests {
             "key_0190A0B0C0D0E0F00000000000000000",
             "sk_test_0190a0b0c0d0e0f00000000000000000",
         ] {
-            assert!(!is_api_key_id(bad), "{bad:?}");
+            assert!(!ApiKeyId::is_valid(bad), "{bad:?}");
         }
     }
 }

@@ -8,7 +8,7 @@
 
 use diesel::prelude::*;
 
-use super::DbConnection;
+use super::pool::DbConnection;
 use super::schema::{payments, refunds};
 use crate::domain::{PaymentStatus, RefundStatus, Timestamp};
 

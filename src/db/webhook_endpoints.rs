@@ -3,12 +3,11 @@
 
 use diesel::prelude::*;
 
-use super::DbConnection;
+use super::pool::DbConnection;
 use super::schema::webhook_endpoints;
-use crate::domain::Timestamp;
+use crate::domain::{EndpointStatus, Timestamp};
 
-pub const ENABLED: &str = "enabled";
-pub const DISABLED: &str = "disabled";
+const ENABLED: EndpointStatus = EndpointStatus::Enabled;
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable, AsChangeset)]
 #[diesel(table_name = webhook_endpoints, treat_none_as_null = true)]
@@ -19,7 +18,8 @@ pub struct EndpointRow {
     /// JSON array of event types, or `["*"]`.
     pub enabled_events: String,
     pub description: Option<String>,
-    pub status: String,
+    #[diesel(deserialize_as = String, serialize_as = String)]
+    pub status: EndpointStatus,
     pub secret: String,
     pub previous_secret: Option<String>,
     pub previous_secret_expires_at: Option<Timestamp>,
@@ -30,7 +30,7 @@ pub struct EndpointRow {
 
 pub fn insert(conn: &mut DbConnection, row: &EndpointRow) -> QueryResult<()> {
     diesel::insert_into(webhook_endpoints::table)
-        .values(row)
+        .values(row.clone())
         .execute(conn)
         .map(|_| ())
 }
@@ -94,7 +94,7 @@ pub fn update(conn: &mut DbConnection, row: &EndpointRow) -> QueryResult<bool> {
             .filter(webhook_endpoints::id.eq(&row.id))
             .filter(webhook_endpoints::merchant_id.eq(&row.merchant_id)),
     )
-    .set(row)
+    .set(row.clone())
     .execute(conn)
     .map(|n| n == 1)
 }
@@ -117,7 +117,7 @@ pub fn enabled_for_merchant(
 ) -> QueryResult<Vec<(String, String)>> {
     webhook_endpoints::table
         .filter(webhook_endpoints::merchant_id.eq(merchant_id))
-        .filter(webhook_endpoints::status.eq(ENABLED))
+        .filter(webhook_endpoints::status.eq(ENABLED.as_str()))
         .select((webhook_endpoints::id, webhook_endpoints::enabled_events))
         .load(conn)
 }
@@ -153,11 +153,11 @@ pub fn record_failure(
     diesel::update(
         webhook_endpoints::table
             .filter(webhook_endpoints::id.eq(id))
-            .filter(webhook_endpoints::status.eq(ENABLED))
+            .filter(webhook_endpoints::status.eq(ENABLED.as_str()))
             .filter(webhook_endpoints::failing_since.le(at - disable_after)),
     )
     .set((
-        webhook_endpoints::status.eq(DISABLED),
+        webhook_endpoints::status.eq(ENABLED.move_to(EndpointStatus::Disabled)?.as_str()),
         webhook_endpoints::updated_at.eq(at),
     ))
     .execute(conn)
@@ -169,10 +169,10 @@ pub fn disable(conn: &mut DbConnection, id: &str, at: Timestamp) -> QueryResult<
     diesel::update(
         webhook_endpoints::table
             .filter(webhook_endpoints::id.eq(id))
-            .filter(webhook_endpoints::status.eq(ENABLED)),
+            .filter(webhook_endpoints::status.eq(ENABLED.as_str())),
     )
     .set((
-        webhook_endpoints::status.eq(DISABLED),
+        webhook_endpoints::status.eq(ENABLED.move_to(EndpointStatus::Disabled)?.as_str()),
         webhook_endpoints::updated_at.eq(at),
     ))
     .execute(conn)

@@ -4,7 +4,7 @@
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
-use super::DbConnection;
+use super::pool::DbConnection;
 use super::schema::webhook_events;
 use crate::domain::Timestamp;
 

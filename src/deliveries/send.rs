@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use actix_web::http::header;
 
-use super::destination::EndpointUrl;
+use crate::domain::EndpointUrl;
 use crate::signing::{WebhookSecret, signature_header};
 use crate::tls::ClientTls;
 

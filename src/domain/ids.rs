@@ -18,34 +18,95 @@ impl ObjectId for PaymentId {
     }
 }
 
-/// `pay_` + a UUIDv7 in simple form: opaque to clients, time-ordered for us, so that
-/// "newest first" is "largest id first" and a cursor is just an id.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PaymentId(String);
+impl ObjectId for PayoutId {
+    const OBJECT: &'static str = "payout";
 
-impl PaymentId {
-    pub const PREFIX: &'static str = "pay_";
-
-    pub fn generate() -> Self {
-        Self(format!("{}{}", Self::PREFIX, uuid::Uuid::now_v7().simple()))
-    }
-
-    /// A syntactically valid id (used for cursors); whether it exists is the database's to say.
-    pub fn parse(raw: &str) -> Option<Self> {
-        let hex = raw.strip_prefix(Self::PREFIX)?;
-        is_simple_uuid(hex).then(|| Self(raw.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
+    fn parse_id(raw: &str) -> Option<Self> {
+        Self::parse(raw)
     }
 }
 
-impl fmt::Display for PaymentId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// Defines an id type: `PREFIX` + a UUIDv7 in simple form (32 lower-case hex digits),
+/// opaque to clients, time-ordered for us, so that "newest first" is "largest id first" and
+/// a cursor is just an id. The one way ids of this API are made and recognised.
+macro_rules! prefixed_id {
+    ($(#[$meta:meta])* $name:ident = $prefix:literal) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
+
+        impl $name {
+            pub const PREFIX: &'static str = $prefix;
+
+            pub fn generate() -> Self {
+                Self(format!("{}{}", Self::PREFIX, uuid::Uuid::now_v7().simple()))
+            }
+
+            /// A syntactically valid id (a path id or cursor worth a query); whether it
+            /// exists is the database's to say.
+            pub fn parse(raw: &str) -> Option<Self> {
+                Self::is_valid(raw).then(|| Self(raw.to_owned()))
+            }
+
+            /// Whether `raw` has this id's shape: `PREFIX` + 32 lower-case hex digits.
+            pub fn is_valid(raw: &str) -> bool {
+                raw.strip_prefix(Self::PREFIX).is_some_and(is_simple_uuid)
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
 }
+
+prefixed_id!(
+    /// A payment: `pay_…`.
+    PaymentId = "pay_"
+);
+prefixed_id!(
+    /// A refund: `re_…`.
+    RefundId = "re_"
+);
+prefixed_id!(
+    /// A payout: `po_…`, the provider's idempotency key for it.
+    PayoutId = "po_"
+);
+prefixed_id!(
+    /// A balance transaction: `txn_…`.
+    TransactionId = "txn_"
+);
+prefixed_id!(
+    /// An event: `evt_…`.
+    EventId = "evt_"
+);
+prefixed_id!(
+    /// A merchant's webhook endpoint: `we_…`.
+    EndpointId = "we_"
+);
+prefixed_id!(
+    /// A delivery of an event to an endpoint: `wd_…`.
+    DeliveryId = "wd_"
+);
+prefixed_id!(
+    /// A merchant: `mer_…`.
+    MerchantId = "mer_"
+);
+prefixed_id!(
+    /// An API key's id (not the key): `key_…`. Keys given an id by the migration have a
+    /// random one of the same shape.
+    ApiKeyId = "key_"
+);
 
 /// The id of a capture (`cap_…`) or a cancel (`cnl_…`) of a payment: the provider's
 /// idempotency key for that operation.
@@ -61,70 +122,6 @@ impl OperationId {
 }
 
 impl fmt::Display for OperationId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// `re_` + a UUIDv7 in simple form, like [`PaymentId`]: newest first is largest id first.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RefundId(String);
-
-impl RefundId {
-    pub const PREFIX: &'static str = "re_";
-
-    pub fn generate() -> Self {
-        Self(format!("{}{}", Self::PREFIX, uuid::Uuid::now_v7().simple()))
-    }
-
-    /// A syntactically valid id (used for cursors).
-    pub fn parse(raw: &str) -> Option<Self> {
-        let hex = raw.strip_prefix(Self::PREFIX)?;
-        is_simple_uuid(hex).then(|| Self(raw.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for RefundId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// `po_` + a UUIDv7 in simple form, like [`PaymentId`]: newest first is largest id first.
-/// The provider's idempotency key for the payout.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PayoutId(String);
-
-impl PayoutId {
-    pub const PREFIX: &'static str = "po_";
-
-    pub fn generate() -> Self {
-        Self(format!("{}{}", Self::PREFIX, uuid::Uuid::now_v7().simple()))
-    }
-
-    pub fn parse(raw: &str) -> Option<Self> {
-        let hex = raw.strip_prefix(Self::PREFIX)?;
-        is_simple_uuid(hex).then(|| Self(raw.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl ObjectId for PayoutId {
-    const OBJECT: &'static str = "payout";
-
-    fn parse_id(raw: &str) -> Option<Self> {
-        Self::parse(raw)
-    }
-}
-
-impl fmt::Display for PayoutId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
@@ -153,7 +150,7 @@ pub fn new_lease_token() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{PaymentId, RefundId};
+    use super::{DeliveryId, EventId, PaymentId, RefundId};
 
     #[test]
     fn refund_ids_are_time_ordered_and_parse_back() {
@@ -184,5 +181,15 @@ mod tests {
         ] {
             assert!(PaymentId::parse(bad).is_none(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn every_kind_of_id_recognises_only_its_own() {
+        let id = EventId::generate();
+        assert!(EventId::is_valid(id.as_str()), "{id}");
+        assert!(!DeliveryId::is_valid(id.as_str()));
+        assert!(!EventId::is_valid("evt_XYZ"));
+        assert!(!EventId::is_valid("evt_"));
+        assert!(!EventId::is_valid("evt_0190A0B0C0D0E0F00000000000000000"));
     }
 }

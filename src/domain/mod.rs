@@ -2,6 +2,7 @@
 
 mod amount;
 mod currency;
+mod destination;
 mod digest;
 mod fees;
 mod idempotency_key;
@@ -12,11 +13,18 @@ mod time;
 
 pub use amount::Amount;
 pub use currency::Currency;
+pub use destination::{DestinationError, EndpointUrl};
 pub use digest::sha256_hex;
 pub use fees::LedgerPolicy;
 pub use idempotency_key::IdempotencyKey;
-pub use ids::{ObjectId, OperationId, PaymentId, PayoutId, RefundId, new_api_key, new_lease_token};
-pub use status::{CaptureStatus, IllegalMove, PaymentStatus, PayoutStatus, RefundStatus};
+pub use ids::{
+    ApiKeyId, DeliveryId, EndpointId, EventId, MerchantId, ObjectId, OperationId, PaymentId,
+    PayoutId, RefundId, TransactionId, new_api_key, new_lease_token,
+};
+pub use status::{
+    CaptureStatus, DeliveryStatus, EndpointStatus, IllegalMove, PaymentStatus, PayoutStatus,
+    RefundStatus,
+};
 pub use text::{check_text, sanitized};
 pub use time::{Timestamp, format_timestamp, now};
 

@@ -1,5 +1,5 @@
-//! The statuses of the objects that hold money, and the moves each may make: written here
-//! once per object. Rows hold them typed (stored as their text); every guarded update that
+//! The statuses of the objects that hold money, of webhook deliveries and of webhook
+//! endpoints, and the moves each may make: written here once per object. Rows hold them typed (stored as their text); every guarded update that
 //! moves one names the status it expects from these types, never from a loose string.
 
 /// Defines a status enum stored as text: its variants and their text, `as_str`, `parse`,
@@ -188,6 +188,44 @@ impl CaptureStatus {
     }
 }
 
+status!(
+    /// `pending` until delivered (`succeeded`) or given up (`failed`).
+    DeliveryStatus {
+        Pending = "pending",
+        Succeeded = "succeeded",
+        Failed = "failed",
+    }
+);
+
+impl DeliveryStatus {
+    /// The legal moves of a webhook delivery, one per attempt that ends: `pending` →
+    /// `succeeded` (a 2xx) | `failed` (the last attempt, or a 410) | `pending` (another
+    /// attempt is scheduled). `succeeded` and `failed` are final: a replay queues a new
+    /// delivery.
+    pub fn can_become(self, next: Self) -> bool {
+        use DeliveryStatus::*;
+        matches!((self, next), (Pending, Pending | Succeeded | Failed))
+    }
+}
+
+status!(
+    /// `enabled` or `disabled`.
+    EndpointStatus {
+        Enabled = "enabled",
+        Disabled = "disabled",
+    }
+);
+
+impl EndpointStatus {
+    /// The legal moves of a webhook endpoint: `enabled` → `disabled` (by its merchant, after
+    /// failing for `WEBHOOK_DISABLE_AFTER`, or at once on a 410) and `disabled` → `enabled`
+    /// (by its merchant only).
+    pub fn can_become(self, next: Self) -> bool {
+        use EndpointStatus::*;
+        matches!((self, next), (Enabled, Disabled) | (Disabled, Enabled))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,6 +240,12 @@ mod tests {
         }
         for status in CaptureStatus::ALL {
             assert_eq!(CaptureStatus::try_from(String::from(*status)), Ok(*status));
+        }
+        for status in DeliveryStatus::ALL {
+            assert_eq!(DeliveryStatus::try_from(String::from(*status)), Ok(*status));
+        }
+        for status in EndpointStatus::ALL {
+            assert_eq!(EndpointStatus::try_from(String::from(*status)), Ok(*status));
         }
         assert!(PaymentStatus::try_from("paid".to_owned()).is_err());
     }
@@ -228,5 +272,13 @@ mod tests {
         assert!(!RefundStatus::Succeeded.can_become(RefundStatus::Failed));
         assert!(!RefundStatus::Rejected.can_become(RefundStatus::Succeeded));
         assert!(!CaptureStatus::Failed.can_become(CaptureStatus::Succeeded));
+        for from in [DeliveryStatus::Succeeded, DeliveryStatus::Failed] {
+            for to in DeliveryStatus::ALL {
+                assert!(!from.can_become(*to), "{from} → {to}");
+            }
+        }
+        assert!(DeliveryStatus::Pending.can_become(DeliveryStatus::Pending));
+        assert!(!EndpointStatus::Enabled.can_become(EndpointStatus::Enabled));
+        assert!(EndpointStatus::Disabled.can_become(EndpointStatus::Enabled));
     }
 }

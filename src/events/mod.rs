@@ -14,7 +14,10 @@
 //!
 //! Why the feed never skips is written down in `docs/events.md`.
 
+mod event_type;
 pub mod view;
+
+pub use event_type::{EventType, TEST_EVENT_TYPE};
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -25,95 +28,9 @@ use crate::auth::Merchant;
 use crate::db::deliveries::{self as delivery_rows, DeliveryRow};
 use crate::db::events::{self as rows, NewEventRow};
 use crate::db::{Db, DbConnection, DbError, webhook_endpoints};
-use crate::domain::{PaymentStatus, PayoutStatus, RefundStatus, Timestamp, format_timestamp, now};
+use crate::domain::{DeliveryId, EventId, Timestamp, format_timestamp, now};
 use crate::error::ApiError;
 use crate::state::AppState;
-
-/// Every kind of event. `payment.requires_capture` and `payment.canceled` come from
-/// manual capture through the same [`record`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
-#[schema(
-    description = "A type of recorded event: what the events list holds and what \
-    `enabled_events` can name. `payment.requires_capture` and `payment.canceled` are those of \
-    payments created with `capture_method: manual`."
-)]
-pub enum EventType {
-    #[serde(rename = "payment.succeeded")]
-    PaymentSucceeded,
-    #[serde(rename = "payment.failed")]
-    PaymentFailed,
-    #[serde(rename = "payment.requires_capture")]
-    PaymentRequiresCapture,
-    #[serde(rename = "payment.canceled")]
-    PaymentCanceled,
-    #[serde(rename = "refund.succeeded")]
-    RefundSucceeded,
-    #[serde(rename = "refund.failed")]
-    RefundFailed,
-    #[serde(rename = "payout.paid")]
-    PayoutPaid,
-    #[serde(rename = "payout.failed")]
-    PayoutFailed,
-}
-
-impl EventType {
-    pub const ALL: [Self; 8] = [
-        Self::PaymentSucceeded,
-        Self::PaymentFailed,
-        Self::PaymentRequiresCapture,
-        Self::PaymentCanceled,
-        Self::RefundSucceeded,
-        Self::RefundFailed,
-        Self::PayoutPaid,
-        Self::PayoutFailed,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::PaymentSucceeded => "payment.succeeded",
-            Self::PaymentFailed => "payment.failed",
-            Self::PaymentRequiresCapture => "payment.requires_capture",
-            Self::PaymentCanceled => "payment.canceled",
-            Self::RefundSucceeded => "refund.succeeded",
-            Self::RefundFailed => "refund.failed",
-            Self::PayoutPaid => "payout.paid",
-            Self::PayoutFailed => "payout.failed",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|t| t.as_str() == text)
-    }
-
-    /// The event of a payment that has just moved to `status`; none for `processing`.
-    pub fn of_payment_status(status: PaymentStatus) -> Option<Self> {
-        match status {
-            PaymentStatus::Succeeded => Some(Self::PaymentSucceeded),
-            PaymentStatus::Failed => Some(Self::PaymentFailed),
-            PaymentStatus::RequiresCapture => Some(Self::PaymentRequiresCapture),
-            PaymentStatus::Canceled => Some(Self::PaymentCanceled),
-            PaymentStatus::Processing => None,
-        }
-    }
-
-    /// The event of a refund that has just moved to `status`; none for `pending`.
-    pub fn of_refund_status(status: RefundStatus) -> Option<Self> {
-        match status {
-            RefundStatus::Succeeded => Some(Self::RefundSucceeded),
-            RefundStatus::Failed => Some(Self::RefundFailed),
-            RefundStatus::Pending | RefundStatus::Rejected => None,
-        }
-    }
-
-    /// The event of a payout that has just moved to `status`; none for `pending`.
-    pub fn of_payout_status(status: PayoutStatus) -> Option<Self> {
-        match status {
-            PayoutStatus::Paid => Some(Self::PayoutPaid),
-            PayoutStatus::Failed => Some(Self::PayoutFailed),
-            PayoutStatus::Pending | PayoutStatus::Rejected => None,
-        }
-    }
-}
 
 /// Which events an endpoint wants: exact types, or `*` for all of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,7 +84,7 @@ impl EnabledEvents {
     }
 }
 
-pub use crate::domain::RequestRef;
+use crate::domain::RequestRef;
 
 /// One change to record: `object` is the payment or refund right after it, as the API
 /// renders it (JSON). `request` is `None` when no API request made it (a provider webhook,
@@ -178,24 +95,6 @@ pub struct NewEvent<'a> {
     pub object_id: &'a str,
     pub object: &'a str,
     pub request: Option<&'a RequestRef>,
-}
-
-pub const EVENT_ID_PREFIX: &str = "evt_";
-pub const DELIVERY_ID_PREFIX: &str = "wd_";
-
-/// `PREFIX` + a UUIDv7 in simple form, like every id of this API.
-pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}{}", uuid::Uuid::now_v7().simple())
-}
-
-/// Whether `raw` is `prefix` + 32 lower-case hex digits (a cursor or path id worth a query).
-pub fn is_id(raw: &str, prefix: &str) -> bool {
-    raw.strip_prefix(prefix).is_some_and(|hex| {
-        hex.len() == 32
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
 }
 
 /// Records one change: the event and one delivery per enabled endpoint of the merchant
@@ -222,7 +121,7 @@ pub fn record_all(
     let mut ids = Vec::with_capacity(events.len());
     let mut bodies = Vec::with_capacity(events.len());
     for event in events {
-        let id = new_id(EVENT_ID_PREFIX);
+        let id = EventId::generate().into_string();
         let body = render_event(
             &id,
             event.kind.as_str(),
@@ -261,7 +160,7 @@ pub fn record_all(
         for (endpoint_id, enabled) in endpoints.get(event.merchant_id).into_iter().flatten() {
             if enabled.matches(event.kind) {
                 deliveries.push(DeliveryRow::due_now(
-                    new_id(DELIVERY_ID_PREFIX),
+                    DeliveryId::generate().into_string(),
                     endpoint_id,
                     id,
                     event.kind.as_str(),
@@ -326,7 +225,7 @@ pub async fn get_event(
     merchant: &Merchant,
     id: String,
 ) -> Result<String, ApiError> {
-    if !is_id(&id, EVENT_ID_PREFIX) {
+    if !EventId::is_valid(&id) {
         return Err(no_such_event());
     }
     let merchant_id = merchant.id.clone();
@@ -497,14 +396,5 @@ mod tests {
             Err("payment.*".to_owned())
         );
         assert!(!EnabledEvents::from_stored("garbage").matches(EventType::PaymentFailed));
-    }
-
-    #[test]
-    fn ids_have_their_prefix_and_32_hex_digits() {
-        let id = new_id(EVENT_ID_PREFIX);
-        assert!(is_id(&id, EVENT_ID_PREFIX), "{id}");
-        assert!(!is_id(&id, DELIVERY_ID_PREFIX));
-        assert!(!is_id("evt_XYZ", EVENT_ID_PREFIX));
-        assert!(!is_id("evt_", EVENT_ID_PREFIX));
     }
 }

@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 
-use super::{EventType, RequestRef};
+use super::event_type::{EventType, TEST_EVENT_TYPE};
+use crate::domain::RequestRef;
 
 /// `{"id": "evt_…", "object": "event", "type", "created_at", "data": {"object": …}, "request"}`.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -36,7 +37,7 @@ impl utoipa::PartialSchema for EventObjectType {
         let types = EventType::ALL
             .iter()
             .map(|t| t.as_str())
-            .chain([crate::webhook_endpoints::TEST_EVENT_TYPE]);
+            .chain([TEST_EVENT_TYPE]);
         utoipa::openapi::ObjectBuilder::new()
             .schema_type(utoipa::openapi::Type::String)
             .enum_values(Some(types))

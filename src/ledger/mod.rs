@@ -13,12 +13,12 @@ pub mod view;
 
 use crate::db::DbConnection;
 use crate::db::ledger::{self as rows, EntryRow, TransactionRow};
-use crate::domain::{LedgerPolicy, Timestamp};
+use crate::domain::{LedgerPolicy, PaymentId, PayoutId, RefundId, Timestamp, TransactionId};
 
-pub const TRANSACTION_ID_PREFIX: &str = "txn_";
-
-/// The objects that move money, by the prefix of their ids.
-pub const SOURCE_PREFIXES: &[&str] = &["pay_", "re_", "po_"];
+/// Whether `raw` names an object that moves money: a payment, a refund or a payout.
+pub fn is_source_id(raw: &str) -> bool {
+    PaymentId::is_valid(raw) || RefundId::is_valid(raw) || PayoutId::is_valid(raw)
+}
 
 /// The kinds of movement, as the API names them (`type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,11 +210,6 @@ impl Posting {
     }
 }
 
-/// A new transaction id: `txn_` + a UUIDv7, so newest first is largest id first.
-fn new_transaction_id() -> String {
-    format!("{TRANSACTION_ID_PREFIX}{}", uuid::Uuid::now_v7().simple())
-}
-
 /// Records the movements, in the caller's transaction: one insert of the transactions, one
 /// of their entries. Call it after the guarded update that decided this caller makes the
 /// change. A movement already recorded for its object fails the caller's transaction
@@ -226,7 +221,7 @@ pub fn post(conn: &mut DbConnection, postings: &[Posting]) -> diesel::QueryResul
     let mut transactions = Vec::with_capacity(postings.len());
     let mut entries = Vec::with_capacity(postings.len() * 3);
     for posting in postings {
-        let id = new_transaction_id();
+        let id = TransactionId::generate().into_string();
         entries.extend(posting.entries(&id));
         transactions.push(TransactionRow {
             id,

@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use futures_util::future::Either;
 
-use super::operation::{Called, Claimed, Operation, RequestRef};
-use crate::db::{DbError, Leased};
+use super::operation::{Called, Claimed, Operation};
+use crate::db::DbError;
+use crate::db::lease::Leased;
+use crate::domain::RequestRef;
 use crate::domain::now;
 use crate::error::ApiError;
 use crate::idempotency::{

@@ -12,11 +12,13 @@
 use std::convert::Infallible;
 use std::marker::PhantomData;
 
-use super::operation::{Called, Claimed, Operation, RequestRef};
+use super::operation::{Called, Claimed, Operation};
 use crate::auth::Merchant;
 use crate::config::Settings;
+use crate::db::DbConnection;
 use crate::db::idempotency_keys::{self as key_rows, KeyRow};
-use crate::db::{DbConnection, Leased};
+use crate::db::lease::Leased;
+use crate::domain::RequestRef;
 use crate::domain::{IdempotencyKey, Timestamp, now};
 use crate::error::ApiError;
 use crate::idempotency::{Answer, IdempotentRecord, scope_key};

@@ -32,5 +32,5 @@ mod operation;
 mod recovery;
 
 pub use execute::execute;
-pub use operation::{Called, Claimed, Lease, Operation, RequestRef, lease_duration};
+pub use operation::{Called, Claimed, Lease, Operation, lease_duration};
 pub use recovery::{Recovery, recover};

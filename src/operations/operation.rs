@@ -1,7 +1,8 @@
 //! What an operation is: the trait each kind implements, and what its steps return.
 
 use crate::config::Settings;
-use crate::db::{DbConnection, DbError, Leased};
+use crate::db::lease::Leased;
+use crate::db::{DbConnection, DbError};
 use crate::domain::{Timestamp, new_lease_token, now};
 use crate::error::ApiError;
 use crate::idempotency::{Answer, IdempotentRecord};
@@ -10,7 +11,7 @@ use crate::state::AppState;
 
 /// The API request that asked for a change: named by the events it causes. Changes made by
 /// a provider webhook, the recovery worker or the expiry of an authorization have none.
-pub use crate::events::RequestRef;
+use crate::domain::RequestRef;
 
 /// What a claim decided.
 pub enum Claimed<R, C> {

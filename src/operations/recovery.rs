@@ -14,7 +14,7 @@ use futures_util::future::{LocalBoxFuture, join_all};
 
 use super::execute::resume_owned;
 use super::operation::{Operation, lease_duration};
-use crate::db::{Leased, Recoverable};
+use crate::db::lease::{Leased, Recoverable};
 use crate::domain::{new_lease_token, now};
 use crate::error::ApiError;
 use crate::idempotency::IdempotentRecord;

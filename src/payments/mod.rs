@@ -20,12 +20,13 @@ use crate::config::Settings;
 use crate::db::group_commit::WritePath;
 use crate::db::payments::{self as rows, FinalState, ListFilter, PaymentRow, PaymentWrites};
 use crate::db::{Db, DbConnection, DbError};
+use crate::domain::RequestRef;
 use crate::domain::{IdempotencyKey, LedgerPolicy, PaymentId, Timestamp, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
 use crate::ledger::{self, Posting};
-use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
+use crate::operations::{self, Called, Claimed, Lease, Operation};
 use crate::provider::{
     Charge, ChargeRequest, OutcomeUnknown, PROVIDER_REFUSED, ProviderError, ProviderStatus,
 };

@@ -25,12 +25,13 @@ use crate::db::DbConnection;
 use crate::db::ledger as ledger_rows;
 use crate::db::merchants::Merchant;
 use crate::db::payouts::{self as rows, PayoutRow};
+use crate::domain::RequestRef;
 use crate::domain::{IdempotencyKey, PayoutId, PayoutStatus, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
 use crate::ledger::{self, Posting};
-use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
+use crate::operations::{self, Called, Claimed, Lease, Operation};
 use crate::provider::{
     OutcomeUnknown, PROVIDER_REFUSED, PayoutRequest, PayoutState, ProviderError, ProviderPayout,
 };

@@ -26,12 +26,13 @@ use crate::auth::Merchant;
 use crate::config::Settings;
 use crate::db::DbConnection;
 use crate::db::refunds::{self as rows, RefundRow};
+use crate::domain::RequestRef;
 use crate::domain::{IdempotencyKey, PaymentId, PaymentStatus, RefundId, RefundStatus, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
 use crate::ledger::{self, Posting};
-use crate::operations::{self, Called, Claimed, Lease, Operation, RequestRef};
+use crate::operations::{self, Called, Claimed, Lease, Operation};
 use crate::provider::{
     OutcomeUnknown, PROVIDER_REFUSED, ProviderError, ProviderRefund, ProviderStatus, RefundRequest,
 };

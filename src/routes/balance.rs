@@ -4,9 +4,9 @@ use super::authenticate::Authenticated;
 use super::events::json;
 use super::input::Query;
 use crate::db::ledger::ListFilter;
+use crate::domain::TransactionId;
 use crate::error::ApiError;
-use crate::events::is_id;
-use crate::ledger::{self, Kind, TRANSACTION_ID_PREFIX};
+use crate::ledger::{self, Kind};
 use crate::state::AppState;
 
 /// What the merchant holds, per currency: `available` (may be paid out) and `pending`
@@ -55,9 +55,8 @@ pub async fn list_transactions(
 ) -> Result<HttpResponse, ApiError> {
     let query = Query::parse(&req, &["limit", "starting_after", "type", "source"])?;
     let limit = query.limit()?;
-    let starting_after = query.starting_after("a balance transaction id", |v| {
-        is_id(v, TRANSACTION_ID_PREFIX)
-    })?;
+    let starting_after =
+        query.starting_after("a balance transaction id", TransactionId::is_valid)?;
     let txn_type = query
         .get("type")
         .map(|v| {
@@ -74,9 +73,7 @@ pub async fn list_transactions(
     let source_id = query
         .get("source")
         .map(|v| {
-            ledger::SOURCE_PREFIXES
-                .iter()
-                .any(|prefix| is_id(v, prefix))
+            ledger::is_source_id(v)
                 .then(|| v.to_owned())
                 .ok_or_else(|| {
                     ApiError::invalid(
@@ -115,7 +112,7 @@ pub async fn get_transaction(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = path.into_inner();
-    if !is_id(&id, TRANSACTION_ID_PREFIX) {
+    if !TransactionId::is_valid(&id) {
         return Err(ApiError::NotFound("no such balance transaction".to_owned()));
     }
     Ok(json(ledger::reads::get(&state, &merchant, id).await?))

@@ -2,9 +2,10 @@ use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 
 use super::authenticate::Authenticated;
 use super::input::Query;
-use crate::domain::IdempotencyKey;
+use crate::domain::RequestRef;
+use crate::domain::{EventId, IdempotencyKey};
 use crate::error::ApiError;
-use crate::events::{self, EVENT_ID_PREFIX, EventPage, EventType, RequestRef, is_id};
+use crate::events::{self, EventPage, EventType};
 use crate::state::{AppState, RequestId};
 
 /// The API request about to make a change, as its event will name it.
@@ -62,7 +63,7 @@ pub async fn list(
     let event_id = |name: &str| -> Result<Option<String>, ApiError> {
         match query.get(name) {
             None => Ok(None),
-            Some(v) if is_id(v, EVENT_ID_PREFIX) => Ok(Some(v.to_owned())),
+            Some(v) if EventId::is_valid(v) => Ok(Some(v.to_owned())),
             Some(_) => Err(ApiError::invalid(
                 name,
                 format!("`{name}` must be an event id"),

@@ -199,6 +199,14 @@ pub fn path_id<T: ObjectId>(raw: &str) -> Result<T, ApiError> {
     T::parse_id(raw).ok_or_else(|| ApiError::NotFound(format!("no such {}", T::OBJECT)))
 }
 
+/// The request's `X-Request-Id` (set by the server's middleware on every request).
+pub(crate) fn request_id(req: &actix_web::HttpRequest) -> Option<String> {
+    use actix_web::HttpMessage;
+    req.extensions()
+        .get::<crate::state::RequestId>()
+        .map(|id| id.0.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::{JsonObject, parse_json, path_id};

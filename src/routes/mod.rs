@@ -243,14 +243,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(ops::swagger_ui());
 }
 
-/// The request's `X-Request-Id` (set by the server's middleware on every request).
-pub(crate) fn request_id(req: &actix_web::HttpRequest) -> Option<String> {
-    use actix_web::HttpMessage;
-    req.extensions()
-        .get::<crate::state::RequestId>()
-        .map(|id| id.0.clone())
-}
-
 pub async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound("no such route".to_owned()))
 }

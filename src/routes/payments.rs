@@ -1,7 +1,9 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::authenticate::Authenticated;
-use super::input::{Query, idempotency_key, path_id, read_json_body, read_optional_json_body};
+use super::input::{
+    Query, idempotency_key, path_id, read_json_body, read_optional_json_body, request_id,
+};
 use crate::db::payments::ListFilter;
 use crate::domain::PaymentId;
 use crate::error::ApiError;
@@ -36,7 +38,7 @@ pub async fn create(
     let body = read_json_body(&req, payload).await?;
     let key = idempotency_key(&req)?;
     let request = NewPayment::parse(&body)?;
-    let request_id = super::request_id(&req);
+    let request_id = request_id(&req);
     let answer = payments::create_payment(&state, &merchant, key, request, request_id).await?;
     Ok(answer.into_response())
 }
@@ -114,7 +116,7 @@ async fn operate(
     let body = read_optional_json_body(req, payload).await?;
     let key = idempotency_key(req)?;
     let requested = parse(&body)?;
-    let request_id = super::request_id(req);
+    let request_id = request_id(req);
     let answer =
         authorization::operate(state, merchant, payment_id, key, requested, request_id).await?;
     Ok(answer.into_response())

@@ -35,7 +35,7 @@ pub async fn create(
     let body = read_json_body(&req, payload).await?;
     let key = idempotency_key(&req)?;
     let request = NewPayout::parse(&body)?;
-    let request_id = super::request_id(&req);
+    let request_id = super::input::request_id(&req);
     let answer = payouts::create_payout(&state, &merchant, key, request, request_id).await?;
     Ok(answer.into_response())
 }

@@ -1,7 +1,7 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::authenticate::Authenticated;
-use super::input::{Query, idempotency_key, path_id, read_optional_json_body};
+use super::input::{Query, idempotency_key, path_id, read_optional_json_body, request_id};
 use crate::domain::{PaymentId, RefundId};
 use crate::error::ApiError;
 use crate::refunds::{self, NewRefund};
@@ -36,7 +36,7 @@ pub async fn create(
     let body = read_optional_json_body(&req, payload).await?;
     let key = idempotency_key(&req)?;
     let request = NewRefund::parse(&body)?;
-    let request_id = super::request_id(&req);
+    let request_id = request_id(&req);
     let answer =
         refunds::create_refund(&state, &merchant, payment_id, key, request, request_id).await?;
     Ok(answer.into_response())

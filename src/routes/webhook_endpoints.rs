@@ -5,14 +5,10 @@ use super::authenticate::Authenticated;
 use super::events::{json, request_ref};
 use super::input::{Query, idempotency_key, read_body, read_json_body};
 use super::openapi::OptionalIdempotencyKeyHeader;
-use crate::db::deliveries::{FAILED, PENDING, SUCCEEDED};
-use crate::domain::IdempotencyKey;
+use crate::domain::{DeliveryId, DeliveryStatus, EndpointId, IdempotencyKey};
 use crate::error::ApiError;
-use crate::events::{DELIVERY_ID_PREFIX, is_id};
 use crate::state::AppState;
-use crate::webhook_endpoints::{
-    self as endpoints, ENDPOINT_ID_PREFIX, EndpointUpdate, NewEndpoint, Replay, Rotation,
-};
+use crate::webhook_endpoints::{self as endpoints, EndpointUpdate, NewEndpoint, Replay, Rotation};
 
 /// `Idempotency-Key` is optional on these POSTs; when given, the idempotency rules apply.
 fn optional_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError> {
@@ -97,8 +93,7 @@ pub async fn list(
 ) -> Result<HttpResponse, ApiError> {
     let query = Query::parse(&req, &["limit", "starting_after"])?;
     let limit = query.limit()?;
-    let starting_after =
-        query.starting_after("an endpoint id", |v| is_id(v, ENDPOINT_ID_PREFIX))?;
+    let starting_after = query.starting_after("an endpoint id", EndpointId::is_valid)?;
     Ok(json(
         endpoints::list(&state, &merchant, starting_after, limit).await?,
     ))
@@ -220,7 +215,7 @@ pub async fn rotate_secret(
     security(("api_key" = [])),
     params(
         ("id" = String, Path, description = "Endpoint id (`we_…`)"),
-        ("status" = Option<crate::webhook_endpoints::view::DeliveryStatus>, Query, description = "Only deliveries in this status"),
+        ("status" = Option<crate::domain::DeliveryStatus>, Query, description = "Only deliveries in this status"),
         ("limit" = Option<i64>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 10)"),
         ("starting_after" = Option<String>, Query, description = "A delivery id: the page starts after it"),
     ),
@@ -238,17 +233,12 @@ pub async fn deliveries(
 ) -> Result<HttpResponse, ApiError> {
     let query = Query::parse(&req, &["status", "limit", "starting_after"])?;
     let limit = query.limit()?;
-    let starting_after = query.starting_after("a delivery id", |v| is_id(v, DELIVERY_ID_PREFIX))?;
+    let starting_after = query.starting_after("a delivery id", DeliveryId::is_valid)?;
     let status = match query.get("status") {
         None => None,
-        Some(s) => Some(
-            [PENDING, SUCCEEDED, FAILED]
-                .into_iter()
-                .find(|known| *known == s)
-                .ok_or_else(|| {
-                    ApiError::invalid("status", "`status` must be pending, succeeded or failed")
-                })?,
-        ),
+        Some(s) => Some(DeliveryStatus::parse(s).ok_or_else(|| {
+            ApiError::invalid("status", "`status` must be pending, succeeded or failed")
+        })?),
     };
     Ok(json(
         endpoints::list_deliveries(

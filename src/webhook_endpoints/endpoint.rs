@@ -1,6 +1,5 @@
 //! What every endpoint request shares.
 
-pub const ENDPOINT_ID_PREFIX: &str = "we_";
 /// Names these requests in the idempotency metrics.
 pub(super) const RESOURCE: &str = "webhook_endpoint";
 /// Events one replay looks at, at most (oldest first); replay again from a later `since`

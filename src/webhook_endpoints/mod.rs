@@ -14,8 +14,8 @@ mod test_send;
 pub mod view;
 mod writes;
 
-pub use endpoint::{ENDPOINT_ID_PREFIX, REPLAY_LIMIT};
+pub use endpoint::REPLAY_LIMIT;
 pub use reads::{delete, get, list, list_deliveries};
 pub use request::{EndpointUpdate, NewEndpoint, Replay, ReplayScope, Rotation, url_error};
-pub use test_send::{SendTest, TEST_EVENT_TYPE, send_test};
+pub use test_send::{SendTest, send_test};
 pub use writes::{EndpointWrite, create, replay, rotate_secret, update};

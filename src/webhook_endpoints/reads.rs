@@ -1,16 +1,16 @@
 //! Reading and deleting endpoints, and listing their deliveries.
 
-use super::endpoint::{ENDPOINT_ID_PREFIX, no_such_endpoint};
+use super::endpoint::no_such_endpoint;
 use super::view;
 use crate::auth::Merchant;
 use crate::db::deliveries as delivery_rows;
 use crate::db::webhook_endpoints as rows;
+use crate::domain::{DeliveryStatus, EndpointId};
 use crate::error::ApiError;
-use crate::events;
 use crate::state::AppState;
 
 pub async fn get(state: &AppState, merchant: &Merchant, id: String) -> Result<String, ApiError> {
-    if !events::is_id(&id, ENDPOINT_ID_PREFIX) {
+    if !EndpointId::is_valid(&id) {
         return Err(no_such_endpoint());
     }
     let merchant_id = merchant.id.clone();
@@ -39,7 +39,7 @@ pub async fn list(
 }
 
 pub async fn delete(state: &AppState, merchant: &Merchant, id: String) -> Result<String, ApiError> {
-    if !events::is_id(&id, ENDPOINT_ID_PREFIX) {
+    if !EndpointId::is_valid(&id) {
         return Err(no_such_endpoint());
     }
     let (merchant_id, target) = (merchant.id.clone(), id.clone());
@@ -58,11 +58,11 @@ pub async fn list_deliveries(
     state: &AppState,
     merchant: &Merchant,
     id: String,
-    status: Option<&'static str>,
+    status: Option<DeliveryStatus>,
     starting_after: Option<String>,
     limit: i64,
 ) -> Result<String, ApiError> {
-    if !events::is_id(&id, ENDPOINT_ID_PREFIX) {
+    if !EndpointId::is_valid(&id) {
         return Err(no_such_endpoint());
     }
     let merchant_id = merchant.id.clone();

@@ -4,8 +4,8 @@
 use serde::Serialize;
 
 use crate::body::JsonObject;
-use crate::deliveries::destination::{self, DestinationError, EndpointUrl};
-use crate::domain::{Timestamp, sha256_hex};
+use crate::domain::{DestinationError, EndpointUrl};
+use crate::domain::{EndpointStatus, Timestamp, sha256_hex};
 use crate::error::ApiError;
 use crate::events::{EnabledEvents, EventType};
 
@@ -29,9 +29,9 @@ fn fingerprint<T: Serialize>(operation: &str, object_id: &str, canonical: &T) ->
 
 fn parse_url(object: &mut JsonObject, required: bool) -> Result<Option<EndpointUrl>, ApiError> {
     let text = if required {
-        Some(object.required_string("url", destination::MAX_URL_LEN)?)
+        Some(object.required_string("url", EndpointUrl::MAX_LEN)?)
     } else {
-        object.optional_string("url", destination::MAX_URL_LEN)?
+        object.optional_string("url", EndpointUrl::MAX_LEN)?
     };
     text.map(|t| EndpointUrl::parse(&t).map_err(url_error))
         .transpose()
@@ -119,23 +119,6 @@ impl NewEndpoint {
     }
 }
 
-/// `enabled` or `disabled`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
-#[schema(rename_all = "lowercase")]
-pub enum EndpointStatus {
-    Enabled,
-    Disabled,
-}
-
-impl EndpointStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Enabled => crate::db::webhook_endpoints::ENABLED,
-            Self::Disabled => crate::db::webhook_endpoints::DISABLED,
-        }
-    }
-}
-
 /// `POST /v1/webhook_endpoints/{id}`: only the fields given change. An empty
 /// `description` removes it.
 #[derive(Debug, Clone, utoipa::ToSchema)]
@@ -159,13 +142,10 @@ impl EndpointUpdate {
         let description = object.optional_string("description", MAX_DESCRIPTION_CHARS)?;
         let status = object
             .optional_string("status", 16)?
-            .map(|s| match s.as_str() {
-                "enabled" => Ok(EndpointStatus::Enabled),
-                "disabled" => Ok(EndpointStatus::Disabled),
-                _ => Err(ApiError::invalid(
-                    "status",
-                    "`status` must be enabled or disabled",
-                )),
+            .map(|s| {
+                EndpointStatus::parse(&s).ok_or_else(|| {
+                    ApiError::invalid("status", "`status` must be enabled or disabled")
+                })
             })
             .transpose()?;
         Ok(Self {

@@ -4,24 +4,26 @@
 //! on the key while the attempt runs, the answer is stored after it, and a duplicate waits
 //! for it, replays it, or takes the key over if the first request died.
 
-use super::endpoint::{ENDPOINT_ID_PREFIX, RESOURCE, no_such_endpoint};
+use super::endpoint::{RESOURCE, no_such_endpoint};
 use super::view;
 use crate::auth::Merchant;
 use crate::config::Settings;
 use crate::db::DbConnection;
 use crate::db::idempotency_keys as key_rows;
 use crate::db::webhook_endpoints::{self as rows, EndpointRow};
-use crate::deliveries::{self, LEASE_MARGIN, send};
-use crate::domain::{IdempotencyKey, new_lease_token, now, sha256_hex};
+use crate::deliveries::attempt::LEASE_MARGIN;
+use crate::deliveries::schedule::signing_secrets;
+use crate::deliveries::send;
+use crate::domain::RequestRef;
+use crate::domain::{EndpointId, EventId, IdempotencyKey, new_lease_token, now, sha256_hex};
 use crate::error::ApiError;
-use crate::events::{self, EVENT_ID_PREFIX, RequestRef, new_id};
+use crate::events::{self, TEST_EVENT_TYPE};
 use crate::idempotency::Answer;
 use crate::operations::keyed::KeyClaim;
 use crate::operations::{self, Called, Claimed, Operation};
 use crate::provider::OutcomeUnknown;
 use crate::state::AppState;
 
-pub const TEST_EVENT_TYPE: &str = "webhook_endpoint.test";
 const TEST: &str = "POST /v1/webhook_endpoints/{id}/test";
 
 /// What a test send needs: the endpoint as read when the request came, and the event to
@@ -35,7 +37,7 @@ pub struct TestSend {
 
 impl TestSend {
     fn new(endpoint: EndpointRow, made_by: &RequestRef) -> Result<Self, ApiError> {
-        let event_id = new_id(EVENT_ID_PREFIX);
+        let event_id = EventId::generate().into_string();
         let object = view::render(&endpoint, false);
         let body = events::render_event(&event_id, TEST_EVENT_TYPE, now(), &object, Some(made_by))
             .map_err(ApiError::internal)?;
@@ -132,7 +134,7 @@ pub async fn send_test(
     key: Option<IdempotencyKey>,
     made_by: RequestRef,
 ) -> Result<Answer, ApiError> {
-    if !events::is_id(&id, ENDPOINT_ID_PREFIX) {
+    if !EndpointId::is_valid(&id) {
         return Err(no_such_endpoint());
     }
     let endpoint = {
@@ -156,7 +158,7 @@ pub async fn send_test(
 /// One signed attempt of a fresh `webhook_endpoint.test` event, by the worker's own code.
 async fn test_once(state: &AppState, test: &TestSend) -> Answer {
     let endpoint = &test.endpoint;
-    let secrets = deliveries::signing_secrets(
+    let secrets = signing_secrets(
         &endpoint.secret,
         endpoint.previous_secret.as_deref(),
         endpoint.previous_secret_expires_at,

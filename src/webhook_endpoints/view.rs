@@ -2,10 +2,9 @@
 
 use serde::Serialize;
 
-use super::request::EndpointStatus;
 use crate::db::deliveries::DeliveryRow;
 use crate::db::webhook_endpoints::EndpointRow;
-use crate::domain::format_timestamp;
+use crate::domain::{DeliveryStatus, EndpointStatus, format_timestamp};
 use crate::events::EnabledEvents;
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -40,7 +39,7 @@ impl<'a> EndpointObject<'a> {
             url: &row.url,
             enabled_events: serde_json::from_str(&enabled).unwrap_or_default(),
             description: row.description.as_deref(),
-            status: &row.status,
+            status: row.status.as_str(),
             secret: with_secret.then_some(row.secret.as_str()),
             created_at: format_timestamp(row.created_at),
             updated_at: format_timestamp(row.updated_at),
@@ -95,15 +94,6 @@ pub fn render_deleted(id: &str) -> String {
     })
 }
 
-/// `pending` until delivered (`succeeded`) or given up (`failed`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
-#[schema(rename_all = "lowercase")]
-pub enum DeliveryStatus {
-    Pending,
-    Succeeded,
-    Failed,
-}
-
 #[derive(Serialize, utoipa::ToSchema)]
 #[schema(as = WebhookDelivery)]
 pub struct DeliveryObject<'a> {
@@ -143,7 +133,7 @@ impl<'a> DeliveryObject<'a> {
             endpoint_id: &row.endpoint_id,
             event_id: &row.event_id,
             event_type: &row.event_type,
-            status: &row.status,
+            status: row.status.as_str(),
             attempts: row.attempts,
             next_attempt_at: row.next_attempt_at.map(format_timestamp),
             last_attempt: row.last_attempt_at.map(|at| LastAttempt {

@@ -4,16 +4,16 @@
 
 use std::collections::HashMap;
 
-use super::endpoint::{ENDPOINT_ID_PREFIX, REPLAY_LIMIT, RESOURCE, no_such_endpoint};
+use super::endpoint::{REPLAY_LIMIT, RESOURCE, no_such_endpoint};
 use super::request::{EndpointUpdate, NewEndpoint, Replay, ReplayScope, Rotation, url_error};
 use super::view;
 use crate::auth::Merchant;
 use crate::db::DbConnection;
 use crate::db::deliveries::{self as delivery_rows, DeliveryRow};
-use crate::db::webhook_endpoints::{self as rows, ENABLED, EndpointRow};
-use crate::domain::{IdempotencyKey, now};
+use crate::db::webhook_endpoints::{self as rows, EndpointRow};
+use crate::domain::{DeliveryId, DeliveryStatus, EndpointId, EndpointStatus, IdempotencyKey, now};
 use crate::error::ApiError;
-use crate::events::{self, DELIVERY_ID_PREFIX, EnabledEvents, EventType, new_id};
+use crate::events::{EnabledEvents, EventType};
 use crate::idempotency::Answer;
 use crate::operations::keyed::{DbWork, Refusal, write_once};
 use crate::signing::WebhookSecret;
@@ -70,12 +70,12 @@ fn create_in(
 ) -> Result<Answer, Refusal> {
     let at = now();
     let row = EndpointRow {
-        id: new_id(ENDPOINT_ID_PREFIX),
+        id: EndpointId::generate().into_string(),
         merchant_id: merchant_id.to_owned(),
         url: request.url.as_str().to_owned(),
         enabled_events: request.enabled_events.to_json(),
         description: request.description.clone().filter(|d| !d.is_empty()),
-        status: ENABLED.to_owned(),
+        status: EndpointStatus::Enabled,
         secret: WebhookSecret::generate(),
         previous_secret: None,
         previous_secret_expires_at: None,
@@ -103,7 +103,7 @@ pub async fn update(
     key: Option<IdempotencyKey>,
     update: EndpointUpdate,
 ) -> Result<Answer, ApiError> {
-    if !events::is_id(&id, ENDPOINT_ID_PREFIX) {
+    if !EndpointId::is_valid(&id) {
         return Err(no_such_endpoint());
     }
     if let Some(url) = &update.url {
@@ -132,12 +132,17 @@ fn update_in(
     if let Some(description) = &update.description {
         row.description = Some(description.clone()).filter(|d| !d.is_empty());
     }
-    if let Some(status) = update.status {
-        if status.as_str() == ENABLED && row.status != ENABLED {
+    if let Some(status) = update.status
+        && status != row.status
+    {
+        if status == EndpointStatus::Enabled {
             // A fresh start: the failures that disabled it no longer count.
             row.failing_since = None;
         }
-        row.status = status.as_str().to_owned();
+        row.status = row
+            .status
+            .move_to(status)
+            .map_err(diesel::result::Error::from)?;
     }
     row.updated_at = now();
     rows::update(conn, &row)?;
@@ -151,7 +156,7 @@ pub async fn rotate_secret(
     key: Option<IdempotencyKey>,
     rotation: Rotation,
 ) -> Result<Answer, ApiError> {
-    if !events::is_id(&id, ENDPOINT_ID_PREFIX) {
+    if !EndpointId::is_valid(&id) {
         return Err(no_such_endpoint());
     }
     let fingerprint = rotation.fingerprint(&id);
@@ -191,7 +196,7 @@ pub async fn replay(
     key: Option<IdempotencyKey>,
     replay: Replay,
 ) -> Result<Answer, ApiError> {
-    if !events::is_id(&id, ENDPOINT_ID_PREFIX) {
+    if !EndpointId::is_valid(&id) {
         return Err(no_such_endpoint());
     }
     let fingerprint = replay.fingerprint(&id);
@@ -238,9 +243,9 @@ fn replay_in(
     }
     let mut queued = 0;
     for (event_id, event_type) in candidates {
-        let wanted = match (latest.get(&event_id).map(String::as_str), replay.status) {
-            (Some(delivery_rows::PENDING), _) => false,
-            (Some(status), ReplayScope::Failed) => status == delivery_rows::FAILED,
+        let wanted = match (latest.get(&event_id).copied(), replay.status) {
+            (Some(DeliveryStatus::Pending), _) => false,
+            (Some(status), ReplayScope::Failed) => status == DeliveryStatus::Failed,
             (None, ReplayScope::Failed) => false,
             (Some(_), ReplayScope::All) => true,
             (None, ReplayScope::All) => {
@@ -251,7 +256,7 @@ fn replay_in(
             delivery_rows::insert(
                 conn,
                 &[DeliveryRow::due_now(
-                    new_id(DELIVERY_ID_PREFIX),
+                    DeliveryId::generate().into_string(),
                     id,
                     &event_id,
                     &event_type,

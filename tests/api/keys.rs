@@ -9,9 +9,10 @@ use diesel::backend::Backend;
 use diesel::migration::MigrationSource;
 use diesel::prelude::*;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+use payments_api::db::DbConnection;
 use payments_api::db::merchants::{self, ApiKey, Revocation};
-use payments_api::db::{DatabaseTarget, DbConnection, build_pool};
-use payments_api::domain::new_api_key;
+use payments_api::db::pool::{DatabaseTarget, build_pool};
+use payments_api::domain::{ApiKeyId, new_api_key};
 
 use crate::support::{
     TestApp, TestDatabase, pass_database_settings, spawn_app_with, spawn_cluster, spawn_provider,
@@ -219,7 +220,7 @@ async fn keys_stored_before_key_ids_still_work_after_the_migration() {
         .unwrap();
     assert_eq!(keys.len(), 2);
     for (key, merchant) in &keys {
-        assert!(merchants::is_api_key_id(&key.id), "{}", key.id);
+        assert!(ApiKeyId::is_valid(&key.id), "{}", key.id);
         assert_eq!(merchant, "legacy");
         assert_eq!(key.last4, None, "the key itself was never stored");
         assert_eq!(key.revoked_at, None);
@@ -276,7 +277,7 @@ async fn cli_create(url: &str, args: &[&str]) -> (String, String, CliOutput) {
     let ids: Vec<&str> = out
         .stderr
         .lines()
-        .filter(|l| merchants::is_api_key_id(l))
+        .filter(|l| ApiKeyId::is_valid(l))
         .collect();
     assert_eq!(ids.len(), 1, "one id line on stderr: {:?}", out.stderr);
     assert!(!out.stderr.contains(&key), "the key is printed once");

@@ -5,10 +5,11 @@ use super::operation::{CaptureOrCancel, expiry_cutoff, new_claim};
 use super::request::Requested;
 use crate::auth::Merchant;
 use crate::db::captures as rows;
+use crate::domain::RequestRef;
 use crate::domain::{IdempotencyKey, PaymentId};
 use crate::error::ApiError;
 use crate::idempotency::Answer;
-use crate::operations::{self, RequestRef};
+use crate::operations;
 use crate::state::AppState;
 
 /// `POST /v1/payments/{id}/capture` and `…/cancel`.

@@ -6,12 +6,13 @@ use crate::config::Settings;
 use crate::db::DbConnection;
 use crate::db::captures::{self as rows, Age, CANCEL, CAPTURE, CaptureRow};
 use crate::db::payments as payment_rows;
+use crate::domain::RequestRef;
 use crate::domain::{CaptureStatus, LedgerPolicy, OperationId, PaymentStatus, Timestamp, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
 use crate::ledger::{self, Posting};
-use crate::operations::{Called, Claimed, Lease, Operation, RequestRef};
+use crate::operations::{Called, Claimed, Lease, Operation};
 use crate::payments::view;
 use crate::provider::{
     CaptureRequest, ChargeUpdate, OutcomeUnknown, ProviderError, ProviderStatus,

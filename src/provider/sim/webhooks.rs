@@ -68,7 +68,7 @@ pub fn event<T: Serialize>(event_type: &'static str, data: T) -> Option<Outbound
     // Strings, integers and JSON values always serialise.
     let body = serde_json::to_string(&body).ok()?;
     Some(OutboundEvent {
-        id: format!("evt_{}", uuid::Uuid::now_v7().simple()),
+        id: crate::domain::EventId::generate().into_string(),
         event_type,
         body,
     })

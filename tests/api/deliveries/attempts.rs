@@ -269,7 +269,7 @@ async fn a_hanging_endpoint_does_not_delay_deliveries_to_another() {
     assert!(started.elapsed() < Duration::from_secs(30));
     let held = hanging.received();
     assert!(
-        (1..=payments_api::deliveries::MAX_IN_FLIGHT_PER_ENDPOINT).contains(&held.len()),
+        (1..=payments_api::deliveries::slots::MAX_IN_FLIGHT_PER_ENDPOINT).contains(&held.len()),
         "{} attempts in flight to one endpoint",
         held.len()
     );
@@ -280,7 +280,7 @@ async fn a_hanging_endpoint_does_not_delay_deliveries_to_another() {
 /// healthy endpoint still has its own first slot, so it waits for none of them.
 #[actix_web::test]
 async fn many_hanging_endpoints_do_not_delay_deliveries_to_another() {
-    use payments_api::deliveries::{MAX_EXTRA_IN_FLIGHT, MAX_IN_FLIGHT_PER_ENDPOINT};
+    use payments_api::deliveries::slots::{MAX_EXTRA_IN_FLIGHT, MAX_IN_FLIGHT_PER_ENDPOINT};
     let app = app_delivering(|s| s.webhook_timeout = Duration::from_secs(60)).await;
     let hanging = Receiver::start(|_, _| Reply::status(200).after(Duration::from_secs(120))).await;
     let healthy = Receiver::always(200).await;

@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
-use payments_api::db::{DbConnection, Pool};
+use payments_api::db::DbConnection;
+use payments_api::db::pool::Pool;
 use payments_api::inbound::{WebhookSecret, sign};
 use payments_api::provider::sim::Simulator;
 use payments_api::routes::ROUTES;

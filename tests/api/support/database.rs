@@ -5,7 +5,7 @@
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
-use payments_api::db::DatabaseTarget;
+use payments_api::db::pool::DatabaseTarget;
 
 /// A database of a test's own: a fresh SQLite file, or a fresh PostgreSQL schema.
 pub enum TestDatabase {

@@ -6,14 +6,14 @@
 //! has a static query id and a fixed text, so diesel's statement cache keeps it prepared;
 //! the finish is planned once per batch (see [`FinishPayments`]). Each takes one array per
 //! column, so one text serves a single claim or finish and a group-committed batch of any
-//! size alike. The SQL is the same as the DSL's in `payments.rs`, which SQLite still uses.
+//! size alike. The SQL is the same as the DSL's in `payments/mod.rs`, which SQLite still uses.
 
 use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamp};
 use diesel::{QueryResult, RunQueryDsl};
 
-use super::payments::PaymentRow;
+use super::row::PaymentRow;
 
 /// Group commit of claims: `INSERT … SELECT * FROM unnest(<one array per column>) ON
 /// CONFLICT DO NOTHING RETURNING id`. A row whose key is taken is not inserted and its id not
@@ -258,8 +258,9 @@ mod tests {
     use diesel::connection::SimpleConnection;
     use diesel::prelude::*;
 
-    use super::super::tests::{PaymentsReads, Schema};
-    use super::super::{DbConnection, payments, schema};
+    use crate::db::migrate::tests::{PaymentsReads, Schema};
+    use crate::db::pool::DbConnection;
+    use crate::db::{payments, schema};
     use payments::PaymentRow;
 
     fn claim(conn: &mut DbConnection, numbers: std::ops::RangeInclusive<u32>) {

@@ -10,7 +10,6 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-pub const MAX_URL_LEN: usize = 2048;
 /// How long a lookup may take before the destination counts as unresolvable.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -43,9 +42,12 @@ pub enum DestinationError {
 }
 
 impl EndpointUrl {
+    /// The longest URL an endpoint may have.
+    pub const MAX_LEN: usize = 2048;
+
     pub fn parse(text: &str) -> Result<Self, DestinationError> {
         use DestinationError::Invalid;
-        if text.len() > MAX_URL_LEN {
+        if text.len() > Self::MAX_LEN {
             return Err(Invalid("`url` must be at most 2048 characters"));
         }
         if text.is_empty() || !text.bytes().all(|b| b.is_ascii_graphic()) {

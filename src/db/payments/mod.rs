@@ -6,9 +6,14 @@ use std::collections::HashSet;
 
 use diesel::prelude::*;
 
+mod prepared;
+mod row;
+
+pub use row::PaymentRow;
+
 use super::group_commit::WritePath;
+use super::pool::DbConnection;
 use super::schema::payments;
-use super::{DbConnection, prepared};
 use crate::domain::{PaymentStatus, RequestRef, Timestamp};
 
 const PROCESSING: PaymentStatus = PaymentStatus::Processing;
@@ -19,47 +24,6 @@ super::lease::lease_protocol!(
     PROCESSING.as_str(),
     provider_charge_id
 );
-
-#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
-#[diesel(table_name = payments)]
-pub struct PaymentRow {
-    pub id: String,
-    pub merchant_id: String,
-    pub idempotency_key: String,
-    pub request_fingerprint: String,
-    pub amount: i64,
-    pub currency: String,
-    pub payment_method: String,
-    pub customer_id: Option<String>,
-    pub description: Option<String>,
-    /// Canonical JSON object of string values.
-    pub metadata: String,
-    #[diesel(deserialize_as = String, serialize_as = String)]
-    pub status: PaymentStatus,
-    pub amount_refunded: i64,
-    pub provider_charge_id: Option<String>,
-    pub failure_code: Option<String>,
-    pub failure_message: Option<String>,
-    pub response_status: Option<i32>,
-    pub response_body: Option<String>,
-    pub lease_token: Option<String>,
-    pub lease_expires_at: Option<Timestamp>,
-    pub provider_attempts: i32,
-    pub created_at: Timestamp,
-    pub updated_at: Timestamp,
-    /// `automatic` or `manual` (authorize now, capture later).
-    pub capture_method: String,
-    /// What the authorization holds while `requires_capture`, else 0.
-    pub amount_capturable: i64,
-    /// What was charged: the whole amount once an automatic payment succeeded, the
-    /// captured amount for a manual one.
-    pub amount_captured: i64,
-    pub cancellation_reason: Option<String>,
-    /// When the provider authorized it (manual payments): it expires from then on.
-    pub authorized_at: Option<Timestamp>,
-    /// The capture or cancel that holds the authorization (see `payment_operations`).
-    pub operation_id: Option<String>,
-}
 
 /// The claim: the insert whose unique (merchant_id, idempotency_key) decides the winner.
 /// A lost race comes back as `UniqueViolation`.
@@ -264,8 +228,8 @@ mod tests {
     use diesel::connection::SimpleConnection;
     use diesel::prelude::*;
 
-    use super::super::tests::{PaymentsReads, Schema};
     use super::payments;
+    use crate::db::migrate::tests::{PaymentsReads, Schema};
 
     /// A retry finds its payment through the unique (merchant, key) index even when the
     /// merchant is one the planner's statistics have not seen: one row read, not a walk
