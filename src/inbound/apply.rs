@@ -113,7 +113,7 @@ fn finish_refund(
                 refund_id: row.id,
                 current: row.status,
             },
-            OutcomeApplied::UnknownRefund => Applied::UnknownReference,
+            OutcomeApplied::Unknown => Applied::UnknownReference,
         },
     )
 }

@@ -64,7 +64,7 @@ pub(super) fn finish_payout(
                 payout_id: row.id,
                 current: row.status,
             },
-            PayoutApplied::UnknownPayout => Applied::UnknownReference,
+            PayoutApplied::Unknown => Applied::UnknownReference,
         },
     )
 }

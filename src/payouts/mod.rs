@@ -26,12 +26,12 @@ use crate::db::ledger as ledger_rows;
 use crate::db::merchants::Merchant;
 use crate::db::payouts::{self as rows, PayoutRow};
 use crate::domain::RequestRef;
-use crate::domain::{IdempotencyKey, PayoutId, PayoutStatus, now};
+use crate::domain::{IdempotencyKey, PayoutId, PayoutStatus, Timestamp, now};
 use crate::error::ApiError;
-use crate::events::{self, EventType, NewEvent};
+use crate::events::EventType;
 use crate::idempotency::{Answer, idempotent_record};
 use crate::ledger::{self, Posting};
-use crate::operations::{self, Called, Claimed, Lease, Operation};
+use crate::operations::{self, Called, Claimed, Lease, Operation, Settle, Settled};
 use crate::provider::{
     OutcomeUnknown, PROVIDER_REFUSED, PayoutRequest, PayoutState, ProviderError, ProviderPayout,
 };
@@ -82,37 +82,43 @@ impl PayoutOutcome {
 }
 
 /// What [`apply_payout_outcome`] did.
-#[derive(Debug, Clone)]
-pub enum PayoutApplied {
-    /// This call moved the payout from `pending` to final.
-    Applied(PayoutRow),
-    /// It was final already (or a stored refusal): nothing changed.
-    AlreadyFinal(PayoutRow),
-    /// No payout has this id.
-    UnknownPayout,
-}
+pub type PayoutApplied = Settled<PayoutRow>;
 
-/// Finishes a pending payout: its status, the provider's id, the 201 every retry replays,
-/// its event, and on failure the `payout_failure` that gives the amount back, all in one
-/// transaction. Only the `pending → final` move changes anything, and of concurrent callers
-/// exactly one makes it.
+/// Finishes a pending payout: its status, the provider's id, on failure the
+/// `payout_failure` that gives the amount back, the 201 every retry replays and its event,
+/// all in one transaction ([`operations::settle`]). Only the `pending → final` move changes
+/// anything, and of concurrent callers exactly one makes it.
 pub fn apply_payout_outcome(
     conn: &mut DbConnection,
     payout_id: &str,
     outcome: &PayoutOutcome,
     made_by: Option<&RequestRef>,
 ) -> diesel::QueryResult<PayoutApplied> {
-    use diesel::Connection;
-    conn.transaction(|conn| {
-        let at = now();
-        // Write first: it is the guard, and on SQLite it takes the write lock before any read.
-        let ours = rows::lock_unfinished(conn, payout_id, at)?;
-        let Some(mut row) = rows::find_by_id(conn, payout_id)? else {
-            return Ok(PayoutApplied::UnknownPayout);
-        };
-        if !ours {
-            return Ok(PayoutApplied::AlreadyFinal(row));
-        }
+    operations::settle::<CreatePayout>(conn, payout_id, outcome, made_by)
+}
+
+impl Settle for CreatePayout {
+    type Row = PayoutRow;
+    type Outcome = PayoutOutcome;
+
+    fn lock_unfinished(
+        conn: &mut DbConnection,
+        id: &str,
+        at: Timestamp,
+    ) -> diesel::QueryResult<bool> {
+        rows::lock_unfinished(conn, id, at)
+    }
+
+    fn find(conn: &mut DbConnection, id: &str) -> diesel::QueryResult<Option<PayoutRow>> {
+        rows::find_by_id(conn, id)
+    }
+
+    fn settle(
+        conn: &mut DbConnection,
+        row: &mut PayoutRow,
+        outcome: &PayoutOutcome,
+        at: Timestamp,
+    ) -> diesel::QueryResult<()> {
         if let Some(id) = outcome.provider_payout_id() {
             row.provider_payout_id = Some(id.clone());
         }
@@ -140,28 +146,27 @@ pub fn apply_payout_outcome(
         row.lease_token = None;
         row.lease_expires_at = None;
         row.updated_at = at;
-        let body = view::render(&row)
-            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+        Ok(())
+    }
+
+    fn finish(
+        conn: &mut DbConnection,
+        row: &mut PayoutRow,
+        body: &str,
+    ) -> diesel::QueryResult<bool> {
         row.response_status = Some(201);
-        row.response_body = Some(body.clone());
-        if !rows::finish(conn, &row)? {
-            // Cannot happen while this transaction holds the pending row; never half-apply.
-            return Err(diesel::result::Error::RollbackTransaction);
-        }
-        if let Some(kind) = EventType::of_payout_status(row.status) {
-            events::record(
-                conn,
-                NewEvent {
-                    merchant_id: &row.merchant_id,
-                    kind,
-                    object_id: &row.id,
-                    object: &body,
-                    request: made_by,
-                },
-            )?;
-        }
-        Ok(PayoutApplied::Applied(row))
-    })
+        row.response_body = Some(body.to_owned());
+        rows::finish(conn, row)
+    }
+
+    fn render(row: &PayoutRow) -> serde_json::Result<String> {
+        view::render(row)
+    }
+
+    fn event(row: &PayoutRow) -> Option<(EventType, &str, &str)> {
+        EventType::of_payout_status(row.status)
+            .map(|kind| (kind, row.merchant_id.as_str(), row.id.as_str()))
+    }
 }
 
 idempotent_record!(PayoutRow);
@@ -236,8 +241,8 @@ impl Operation for CreatePayout {
         _: &Settings,
     ) -> diesel::QueryResult<PayoutRow> {
         match apply_payout_outcome(conn, &row.id, outcome, request)? {
-            PayoutApplied::Applied(row) | PayoutApplied::AlreadyFinal(row) => Ok(row),
-            PayoutApplied::UnknownPayout => Err(diesel::result::Error::NotFound),
+            Settled::Applied(row) | Settled::AlreadyFinal(row) => Ok(row),
+            Settled::Unknown => Err(diesel::result::Error::NotFound),
         }
     }
 

@@ -183,7 +183,7 @@ async fn a_failed_outcome_releases_the_amount_once() {
         .run(|conn| refunds::apply_refund_outcome(conn, "re_nope", &outcome_clone(), None))
         .await
         .unwrap();
-    assert!(matches!(unknown, OutcomeApplied::UnknownRefund));
+    assert!(matches!(unknown, OutcomeApplied::Unknown));
 }
 
 fn outcome_clone() -> RefundOutcome {
