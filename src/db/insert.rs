@@ -9,10 +9,12 @@ macro_rules! insert_rows {
     ($conn:expr, $table:path, $rows:expr) => {{
         let rows = $rows;
         match $conn {
-            $crate::db::DbConnection::Postgres(pg) if rows.len() > 1 => diesel::insert_into($table)
-                .values(rows.to_vec())
-                .execute(pg)
-                .map(|_| ()),
+            $crate::db::pool::DbConnection::Postgres(pg) if rows.len() > 1 => {
+                diesel::insert_into($table)
+                    .values(rows.to_vec())
+                    .execute(pg)
+                    .map(|_| ())
+            }
             conn => rows.iter().try_for_each(|row| {
                 diesel::insert_into($table)
                     .values(row.clone())

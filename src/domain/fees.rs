@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::Timestamp;
+use super::time::Timestamp;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LedgerPolicy {

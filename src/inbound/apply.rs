@@ -4,13 +4,15 @@
 
 use crate::db::DbConnection;
 use crate::db::payments::{self as payment_rows, PaymentRow};
+use crate::db::payouts as payout_rows;
 use crate::db::refunds as refund_rows;
 use crate::domain::{LedgerPolicy, PayoutStatus, RefundStatus, Timestamp};
 use crate::payments::{CaptureMethod, Charged, PaymentStatus, final_state};
+use crate::payouts::{self, PayoutApplied, PayoutOutcome};
 use crate::provider::{Charge, ProviderStatus};
 use crate::refunds::{self, OutcomeApplied, RefundOutcome};
 
-use super::event::{ChargeData, Effect, RefundData};
+use super::event::{ChargeData, Effect, PayoutData, RefundData};
 
 /// What applying an effect did, for the log.
 #[derive(Debug)]
@@ -75,7 +77,7 @@ pub(super) fn apply(
     match effect {
         Effect::FinishPayment { status, data } => finish_payment(conn, status, data, at, policy),
         Effect::FinishRefund { succeeded, data } => finish_refund(conn, succeeded, data),
-        Effect::FinishPayout { paid, data } => super::payouts::finish_payout(conn, paid, data),
+        Effect::FinishPayout { paid, data } => finish_payout(conn, paid, data),
         Effect::Ignore(why) => Ok(Applied::Ignored(why)),
     }
 }
@@ -231,6 +233,66 @@ fn refund_mismatch(
         return Ok(Some("charge_id"));
     }
     Ok(None)
+}
+
+/// Finishes the `pending` payout named by `data.reference`: only `pending → final` changes
+/// anything; an event that contradicts the pending payout changes nothing.
+fn finish_payout(
+    conn: &mut DbConnection,
+    paid: bool,
+    data: PayoutData,
+) -> diesel::QueryResult<Applied> {
+    if let Some(pending) = payout_rows::find_by_id(conn, &data.reference)?
+        .filter(|p| p.status == PayoutStatus::Pending)
+    {
+        let field = if pending
+            .provider_payout_id
+            .as_deref()
+            .zip(data.payout_id.as_deref())
+            .is_some_and(|(known, told)| known != told)
+        {
+            Some("payout_id")
+        } else if data.amount.is_some_and(|a| a != pending.amount) {
+            Some("amount")
+        } else if data
+            .currency
+            .as_deref()
+            .is_some_and(|c| c != pending.currency)
+        {
+            Some("currency")
+        } else {
+            None
+        };
+        if let Some(field) = field {
+            return Ok(Applied::PayoutMismatch {
+                payout_id: pending.id,
+                field,
+            });
+        }
+    }
+    let outcome = if paid {
+        PayoutOutcome::Paid {
+            provider_payout_id: data.payout_id,
+        }
+    } else {
+        PayoutOutcome::Failed {
+            provider_payout_id: data.payout_id,
+            failure_code: data.failure_code,
+        }
+    };
+    Ok(
+        match payouts::apply_payout_outcome(conn, &data.reference, &outcome, None)? {
+            PayoutApplied::Applied(row) => Applied::PayoutFinished {
+                payout_id: row.id,
+                status: row.status,
+            },
+            PayoutApplied::AlreadyFinal(row) => Applied::PayoutAlreadyFinal {
+                payout_id: row.id,
+                current: row.status,
+            },
+            PayoutApplied::Unknown => Applied::UnknownReference,
+        },
+    )
 }
 
 pub(super) fn log_applied(id: &str, event_type: &str, applied: &Applied) {

@@ -15,7 +15,6 @@
 
 mod apply;
 mod event;
-mod payouts;
 mod receive;
 mod retention;
 

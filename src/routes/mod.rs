@@ -20,6 +20,11 @@ use actix_web::{HttpResponse, web};
 use crate::error::ApiError;
 use crate::routes::openapi::operation;
 
+/// The OpenAPI document of every route in [`ROUTES`].
+pub fn document() -> utoipa::openapi::OpenApi {
+    openapi::document_of(ROUTES.iter().map(|route| route.doc))
+}
+
 /// One route the service serves: what `configure` registers and what the OpenAPI document
 /// describes, from the same line, so a route cannot be served undocumented.
 pub struct Route {
