@@ -69,6 +69,9 @@ pub struct Settings {
     pub database_prepared_statements: bool,
     /// `TLS_CA_FILE`: PEM root certificates trusted for `https` besides the built-in ones.
     pub tls_ca_file: Option<std::path::PathBuf>,
+    /// The fees and the pending period of the ledger (`FEE_PERCENT_BPS`, `FEE_FIXED`,
+    /// `DISPUTE_FEE`, `BALANCE_PENDING_MS`).
+    pub ledger: crate::domain::LedgerPolicy,
 }
 
 /// `WEBHOOK_RETRY_SCHEDULE`'s default: 8 attempts over about 32 hours.
@@ -287,6 +290,12 @@ impl Settings {
             webhook_allow_private_urls: flag("WEBHOOK_ALLOW_PRIVATE_URLS", false)?,
             rate_limit_per_second: (rate_limit > 0).then_some(rate_limit),
             database_prepared_statements: flag("DATABASE_PREPARED_STATEMENTS", true)?,
+            ledger: crate::domain::LedgerPolicy {
+                fee_percent_bps: i64::from(number("FEE_PERCENT_BPS", 290, 0..=10_000)?),
+                fee_fixed: i64::from(number("FEE_FIXED", 30, 0..=100_000_000)?),
+                dispute_fee: i64::from(number("DISPUTE_FEE", 1500, 0..=100_000_000)?),
+                pending: millis("BALANCE_PENDING_MS", 172_800_000, 0)?,
+            },
         })
     }
 }

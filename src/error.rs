@@ -37,6 +37,9 @@ pub enum ApiError {
     IdempotencyKeyReused,
     #[error("{0}")]
     AmountExceedsRefundable(String),
+    /// A payout larger than the available balance in its currency.
+    #[error("{0}")]
+    InsufficientBalance(String),
     #[error("{0}")]
     PaymentNotCapturable(String),
     #[error("{0}")]
@@ -106,6 +109,7 @@ impl ApiError {
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::IdempotencyKeyReused => "idempotency_key_reused",
             Self::AmountExceedsRefundable(_) => "amount_exceeds_refundable",
+            Self::InsufficientBalance(_) => "insufficient_balance",
             Self::PaymentNotCapturable(_) => "payment_not_capturable",
             Self::PaymentNotCancelable(_) => "payment_not_cancelable",
             Self::AmountExceedsCapturable(_) => "amount_exceeds_capturable",
@@ -130,6 +134,7 @@ impl ApiError {
             Self::UnsupportedMediaType => "Unsupported media type",
             Self::IdempotencyKeyReused => "Idempotency-Key reused",
             Self::AmountExceedsRefundable(_) => "Amount exceeds refundable",
+            Self::InsufficientBalance(_) => "Insufficient balance",
             Self::PaymentNotCapturable(_) => "Payment not capturable",
             Self::PaymentNotCancelable(_) => "Payment not cancelable",
             Self::AmountExceedsCapturable(_) => "Amount exceeds capturable",
@@ -188,6 +193,7 @@ impl ResponseError for ApiError {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::IdempotencyKeyReused
             | Self::AmountExceedsRefundable(_)
+            | Self::InsufficientBalance(_)
             | Self::AmountExceedsCapturable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,

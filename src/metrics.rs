@@ -329,15 +329,17 @@ pub enum RecoveryAction {
     PaymentResumed,
     RefundResumed,
     OperationResumed,
+    PayoutResumed,
     AuthorizationExpired,
 }
 
 impl RecoveryAction {
     /// Every action, each on the page from the start.
-    const ALL: [Self; 4] = [
+    const ALL: [Self; 5] = [
         Self::PaymentResumed,
         Self::RefundResumed,
         Self::OperationResumed,
+        Self::PayoutResumed,
         Self::AuthorizationExpired,
     ];
 
@@ -346,6 +348,7 @@ impl RecoveryAction {
             Self::PaymentResumed => "payment_resumed",
             Self::RefundResumed => "refund_resumed",
             Self::OperationResumed => "operation_resumed",
+            Self::PayoutResumed => "payout_resumed",
             Self::AuthorizationExpired => "authorization_expired",
         }
     }

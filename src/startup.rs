@@ -16,6 +16,7 @@ use crate::idempotency::{FinalAnswers, InFlight};
 use crate::inbound;
 use crate::operations::Recovery;
 use crate::payments::CreatePayment;
+use crate::payouts::CreatePayout;
 use crate::provider::sim::{InProcessProvider, RetryPolicy, Simulator, WebhookDelivery};
 use crate::provider::{HttpProvider, PaymentProvider};
 use crate::rate_limit::RateLimits;
@@ -188,6 +189,7 @@ fn start_background_tasks(state: &AppState) {
         .resume::<CreatePayment>(RecoveryAction::PaymentResumed)
         .resume::<CreateRefund>(RecoveryAction::RefundResumed)
         .resume::<CaptureOrCancel>(RecoveryAction::OperationResumed)
+        .resume::<CreatePayout>(RecoveryAction::PayoutResumed)
         .then(|state| async move {
             expire_authorizations(&state).await.unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "expiring authorizations failed; will retry");

@@ -60,20 +60,7 @@ impl DeliveryRow {
 
 /// Inserts `rows`: one statement on PostgreSQL (however many), one per row on SQLite.
 pub fn insert(conn: &mut DbConnection, rows: &[DeliveryRow]) -> QueryResult<()> {
-    match conn {
-        DbConnection::Postgres(pg) if rows.len() > 1 => {
-            diesel::insert_into(webhook_deliveries::table)
-                .values(rows.to_vec())
-                .execute(pg)
-                .map(|_| ())
-        }
-        _ => rows.iter().try_for_each(|row| {
-            diesel::insert_into(webhook_deliveries::table)
-                .values(row.clone())
-                .execute(conn)
-                .map(|_| ())
-        }),
-    }
+    super::insert_rows!(conn, webhook_deliveries::table, rows)
 }
 
 type DueAndFree = diesel::dsl::And<

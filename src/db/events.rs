@@ -42,18 +42,7 @@ pub struct NewEventRow<'a> {
 
 /// Inserts `rows`: one statement on PostgreSQL (however many), one per row on SQLite.
 pub fn insert(conn: &mut DbConnection, rows: &[NewEventRow<'_>]) -> QueryResult<()> {
-    match conn {
-        DbConnection::Postgres(pg) if rows.len() > 1 => diesel::insert_into(events::table)
-            .values(rows)
-            .execute(pg)
-            .map(|_| ()),
-        _ => rows.iter().try_for_each(|row| {
-            diesel::insert_into(events::table)
-                .values(row)
-                .execute(conn)
-                .map(|_| ())
-        }),
-    }
+    super::insert_rows!(conn, events::table, rows)
 }
 
 pub fn find(conn: &mut DbConnection, merchant_id: &str, id: &str) -> QueryResult<Option<EventRow>> {

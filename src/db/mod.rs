@@ -9,10 +9,13 @@ pub mod error;
 pub mod events;
 pub mod group_commit;
 pub mod idempotency_keys;
+mod insert;
 pub mod lease;
+pub mod ledger;
 pub mod merchants;
 pub mod migrate;
 pub mod payments;
+pub mod payouts;
 pub mod pool;
 pub mod refunds;
 pub mod schema;
@@ -20,6 +23,7 @@ pub mod webhook_endpoints;
 pub mod webhook_events;
 
 pub use error::DbError;
+pub(crate) use insert::insert_rows;
 pub use pool::DbConnection;
 
 use std::time::Duration;

@@ -191,6 +191,54 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    balance_transactions (id) {
+        id -> Text,
+        merchant_id -> Text,
+        txn_type -> Text,
+        source_id -> Text,
+        amount -> BigInt,
+        fee -> BigInt,
+        net -> BigInt,
+        currency -> Text,
+        available_on -> Timestamp,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    ledger_entries (transaction_id, account) {
+        transaction_id -> Text,
+        account -> Text,
+        merchant_id -> Text,
+        currency -> Text,
+        amount -> BigInt,
+    }
+}
+
+diesel::table! {
+    payouts (id) {
+        id -> Text,
+        merchant_id -> Text,
+        idempotency_key -> Text,
+        request_fingerprint -> Text,
+        amount -> BigInt,
+        currency -> Text,
+        destination -> Text,
+        description -> Nullable<Text>,
+        status -> Text,
+        provider_payout_id -> Nullable<Text>,
+        failure_code -> Nullable<Text>,
+        response_status -> Nullable<Integer>,
+        response_body -> Nullable<Text>,
+        lease_token -> Nullable<Text>,
+        lease_expires_at -> Nullable<Timestamp>,
+        provider_attempts -> Integer,
+        created_at -> Timestamp,
+        updated_at -> Timestamp,
+    }
+}
+
 diesel::joinable!(webhook_deliveries -> webhook_endpoints (endpoint_id));
 diesel::joinable!(webhook_deliveries -> events (event_id));
 diesel::allow_tables_to_appear_in_same_query!(events, webhook_endpoints, webhook_deliveries);

@@ -18,6 +18,14 @@ impl ObjectId for PaymentId {
     }
 }
 
+impl ObjectId for PayoutId {
+    const OBJECT: &'static str = "payout";
+
+    fn parse_id(raw: &str) -> Option<Self> {
+        Self::parse(raw)
+    }
+}
+
 /// Defines an id type: `PREFIX` + a UUIDv7 in simple form (32 lower-case hex digits),
 /// opaque to clients, time-ordered for us, so that "newest first" is "largest id first" and
 /// a cursor is just an id. The one way ids of this API are made and recognised.
@@ -69,6 +77,14 @@ prefixed_id!(
 prefixed_id!(
     /// A refund: `re_…`.
     RefundId = "re_"
+);
+prefixed_id!(
+    /// A payout: `po_…`, the provider's idempotency key for it.
+    PayoutId = "po_"
+);
+prefixed_id!(
+    /// A balance transaction: `txn_…`.
+    TransactionId = "txn_"
 );
 prefixed_id!(
     /// An event: `evt_…`.

@@ -4,6 +4,7 @@ mod amount;
 mod currency;
 mod destination;
 mod digest;
+mod fees;
 mod idempotency_key;
 mod ids;
 mod status;
@@ -14,13 +15,15 @@ pub use amount::Amount;
 pub use currency::Currency;
 pub use destination::{DestinationError, EndpointUrl};
 pub use digest::sha256_hex;
+pub use fees::LedgerPolicy;
 pub use idempotency_key::IdempotencyKey;
 pub use ids::{
     ApiKeyId, DeliveryId, EndpointId, EventId, MerchantId, ObjectId, OperationId, PaymentId,
-    RefundId, new_api_key, new_lease_token,
+    PayoutId, RefundId, TransactionId, new_api_key, new_lease_token,
 };
 pub use status::{
-    CaptureStatus, DeliveryStatus, EndpointStatus, IllegalMove, PaymentStatus, RefundStatus,
+    CaptureStatus, DeliveryStatus, EndpointStatus, IllegalMove, PaymentStatus, PayoutStatus,
+    RefundStatus,
 };
 pub use text::{check_text, sanitized};
 pub use time::{Timestamp, format_timestamp, now};

@@ -142,6 +142,29 @@ impl RefundStatus {
 }
 
 status!(
+    /// A payout's status.
+    PayoutStatus {
+        /// Its amount has left the available balance; the provider's answer is not known
+        /// yet (or it is on its way, finished by the provider's webhook).
+        Pending = "pending",
+        Paid = "paid",
+        Failed = "failed",
+        /// A request refused with a stored 422 `insufficient_balance`: it holds its key, not
+        /// money, and is no payout (never listed).
+        Rejected = "rejected",
+    }
+);
+
+impl PayoutStatus {
+    /// The legal moves of a payout: `pending` → `paid` | `failed`. A refusal is `rejected`
+    /// from its claim and never moves.
+    pub fn can_become(self, next: Self) -> bool {
+        use PayoutStatus::*;
+        matches!((self, next), (Pending, Paid | Failed))
+    }
+}
+
+status!(
     /// The status of a capture or cancel of an authorized payment.
     CaptureStatus {
         /// It holds the authorization; the provider's answer is not known yet.

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::domain::{PaymentStatus, RefundStatus};
+use crate::domain::{PaymentStatus, PayoutStatus, RefundStatus};
 
 /// Every kind of event. `payment.requires_capture` and `payment.canceled` come from
 /// manual capture through the same [`record`](super::record).
@@ -25,6 +25,10 @@ pub enum EventType {
     RefundSucceeded,
     #[serde(rename = "refund.failed")]
     RefundFailed,
+    #[serde(rename = "payout.paid")]
+    PayoutPaid,
+    #[serde(rename = "payout.failed")]
+    PayoutFailed,
 }
 
 /// The `type` of the test delivery (`POST /v1/webhook_endpoints/{id}/test`): sent, never
@@ -32,13 +36,15 @@ pub enum EventType {
 pub const TEST_EVENT_TYPE: &str = "webhook_endpoint.test";
 
 impl EventType {
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::PaymentSucceeded,
         Self::PaymentFailed,
         Self::PaymentRequiresCapture,
         Self::PaymentCanceled,
         Self::RefundSucceeded,
         Self::RefundFailed,
+        Self::PayoutPaid,
+        Self::PayoutFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -49,6 +55,8 @@ impl EventType {
             Self::PaymentCanceled => "payment.canceled",
             Self::RefundSucceeded => "refund.succeeded",
             Self::RefundFailed => "refund.failed",
+            Self::PayoutPaid => "payout.paid",
+            Self::PayoutFailed => "payout.failed",
         }
     }
 
@@ -73,6 +81,15 @@ impl EventType {
             RefundStatus::Succeeded => Some(Self::RefundSucceeded),
             RefundStatus::Failed => Some(Self::RefundFailed),
             RefundStatus::Pending | RefundStatus::Rejected => None,
+        }
+    }
+
+    /// The event of a payout that has just moved to `status`; none for `pending`.
+    pub fn of_payout_status(status: PayoutStatus) -> Option<Self> {
+        match status {
+            PayoutStatus::Paid => Some(Self::PayoutPaid),
+            PayoutStatus::Failed => Some(Self::PayoutFailed),
+            PayoutStatus::Pending | PayoutStatus::Rejected => None,
         }
     }
 }

@@ -4,13 +4,15 @@
 
 use crate::db::DbConnection;
 use crate::db::payments::{self as payment_rows, PaymentRow};
+use crate::db::payouts as payout_rows;
 use crate::db::refunds as refund_rows;
-use crate::domain::{RefundStatus, Timestamp};
+use crate::domain::{LedgerPolicy, PayoutStatus, RefundStatus, Timestamp};
 use crate::payments::{CaptureMethod, Charged, PaymentStatus, final_state};
+use crate::payouts::{self, PayoutApplied, PayoutOutcome};
 use crate::provider::{Charge, ProviderStatus};
 use crate::refunds::{self, OutcomeApplied, RefundOutcome};
 
-use super::event::{ChargeData, Effect, RefundData};
+use super::event::{ChargeData, Effect, PayoutData, RefundData};
 
 /// What applying an effect did, for the log.
 #[derive(Debug)]
@@ -48,6 +50,20 @@ pub(super) enum Applied {
         refund_id: String,
         current: RefundStatus,
     },
+    PayoutFinished {
+        payout_id: String,
+        status: PayoutStatus,
+    },
+    /// The event contradicts the pending payout it names (another provider id, amount or
+    /// currency): never trusted to finish it.
+    PayoutMismatch {
+        payout_id: String,
+        field: &'static str,
+    },
+    PayoutAlreadyFinal {
+        payout_id: String,
+        current: PayoutStatus,
+    },
     Ignored(&'static str),
 }
 
@@ -56,10 +72,12 @@ pub(super) fn apply(
     conn: &mut DbConnection,
     effect: Effect,
     at: Timestamp,
+    policy: &LedgerPolicy,
 ) -> diesel::QueryResult<Applied> {
     match effect {
-        Effect::FinishPayment { status, data } => finish_payment(conn, status, data, at),
+        Effect::FinishPayment { status, data } => finish_payment(conn, status, data, at, policy),
         Effect::FinishRefund { succeeded, data } => finish_refund(conn, succeeded, data),
+        Effect::FinishPayout { paid, data } => finish_payout(conn, paid, data),
         Effect::Ignore(why) => Ok(Applied::Ignored(why)),
     }
 }
@@ -97,7 +115,7 @@ fn finish_refund(
                 refund_id: row.id,
                 current: row.status,
             },
-            OutcomeApplied::UnknownRefund => Applied::UnknownReference,
+            OutcomeApplied::Unknown => Applied::UnknownReference,
         },
     )
 }
@@ -107,6 +125,7 @@ fn finish_payment(
     status: ProviderStatus,
     data: ChargeData,
     at: Timestamp,
+    policy: &LedgerPolicy,
 ) -> diesel::QueryResult<Applied> {
     let Some(row) = payment_rows::find_by_id(conn, &data.reference)? else {
         return Ok(Applied::UnknownReference);
@@ -143,7 +162,7 @@ fn finish_payment(
         .map_err(|e| diesel::result::Error::QueryBuilderError(e.to_string().into()))?;
     // Guarded by `status = 'processing'`: if the request path finished it meanwhile, its
     // stored answer stands (and its event is the payment's one event).
-    if crate::payments::finish_recorded(conn, &final_row, &body, None)? {
+    if crate::payments::finish_recorded(conn, &final_row, &body, None, policy)? {
         Ok(Applied::PaymentFinished {
             payment_id: final_row.id,
             status: final_row.status,
@@ -216,6 +235,66 @@ fn refund_mismatch(
     Ok(None)
 }
 
+/// Finishes the `pending` payout named by `data.reference`: only `pending → final` changes
+/// anything; an event that contradicts the pending payout changes nothing.
+fn finish_payout(
+    conn: &mut DbConnection,
+    paid: bool,
+    data: PayoutData,
+) -> diesel::QueryResult<Applied> {
+    if let Some(pending) = payout_rows::find_by_id(conn, &data.reference)?
+        .filter(|p| p.status == PayoutStatus::Pending)
+    {
+        let field = if pending
+            .provider_payout_id
+            .as_deref()
+            .zip(data.payout_id.as_deref())
+            .is_some_and(|(known, told)| known != told)
+        {
+            Some("payout_id")
+        } else if data.amount.is_some_and(|a| a != pending.amount) {
+            Some("amount")
+        } else if data
+            .currency
+            .as_deref()
+            .is_some_and(|c| c != pending.currency)
+        {
+            Some("currency")
+        } else {
+            None
+        };
+        if let Some(field) = field {
+            return Ok(Applied::PayoutMismatch {
+                payout_id: pending.id,
+                field,
+            });
+        }
+    }
+    let outcome = if paid {
+        PayoutOutcome::Paid {
+            provider_payout_id: data.payout_id,
+        }
+    } else {
+        PayoutOutcome::Failed {
+            provider_payout_id: data.payout_id,
+            failure_code: data.failure_code,
+        }
+    };
+    Ok(
+        match payouts::apply_payout_outcome(conn, &data.reference, &outcome, None)? {
+            PayoutApplied::Applied(row) => Applied::PayoutFinished {
+                payout_id: row.id,
+                status: row.status,
+            },
+            PayoutApplied::AlreadyFinal(row) => Applied::PayoutAlreadyFinal {
+                payout_id: row.id,
+                current: row.status,
+            },
+            PayoutApplied::Unknown => Applied::UnknownReference,
+        },
+    )
+}
+
 pub(super) fn log_applied(id: &str, event_type: &str, applied: &Applied) {
     match applied {
         Applied::PaymentFinished { payment_id, status } => {
@@ -249,6 +328,15 @@ pub(super) fn log_applied(id: &str, event_type: &str, applied: &Applied) {
         }
         Applied::RefundAlreadyFinal { refund_id, current } => {
             tracing::info!(webhook_id = %id, %event_type, %refund_id, %current, "refund already final; nothing changed");
+        }
+        Applied::PayoutFinished { payout_id, status } => {
+            tracing::info!(webhook_id = %id, %event_type, %payout_id, %status, "payout finished by webhook");
+        }
+        Applied::PayoutMismatch { payout_id, field } => {
+            tracing::warn!(webhook_id = %id, %event_type, %payout_id, field, "webhook does not match the payout; nothing changed");
+        }
+        Applied::PayoutAlreadyFinal { payout_id, current } => {
+            tracing::info!(webhook_id = %id, %event_type, %payout_id, %current, "payout already final; nothing changed");
         }
         Applied::Ignored(why) => {
             tracing::info!(webhook_id = %id, %event_type, reason = why, "webhook recorded only");

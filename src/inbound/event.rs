@@ -37,6 +37,17 @@ pub(super) struct RefundData {
     pub(super) failure_code: Option<String>,
 }
 
+/// `data` of `payout.paid` / `payout.failed`.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct PayoutData {
+    pub(super) payout_id: Option<String>,
+    /// Our payout id.
+    pub(super) reference: String,
+    pub(super) amount: Option<i64>,
+    pub(super) currency: Option<String>,
+    pub(super) failure_code: Option<String>,
+}
+
 /// What an event asks for, decided before the database is touched.
 #[derive(Debug)]
 pub(super) enum Effect {
@@ -47,6 +58,10 @@ pub(super) enum Effect {
     FinishRefund {
         succeeded: bool,
         data: RefundData,
+    },
+    FinishPayout {
+        paid: bool,
+        data: PayoutData,
     },
     /// Recorded and answered 200, nothing else: retrying would not make it applicable.
     Ignore(&'static str),
@@ -64,6 +79,15 @@ pub(super) fn effect_of(envelope: Envelope) -> Effect {
                     data,
                 },
                 Err(_) => Effect::Ignore("refund event data is malformed"),
+            };
+        }
+        kind @ ("payout.paid" | "payout.failed") => {
+            return match serde_json::from_value::<PayoutData>(envelope.data) {
+                Ok(data) => Effect::FinishPayout {
+                    paid: kind == "payout.paid",
+                    data,
+                },
+                Err(_) => Effect::Ignore("payout event data is malformed"),
             };
         }
         _ => return Effect::Ignore("unknown event type"),

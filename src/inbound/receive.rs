@@ -63,11 +63,12 @@ async fn receive(
     let effect = effect_of(envelope);
 
     let stored = event.clone();
+    let policy = state.settings.ledger;
     let recorded = state
         .db
         .run(move |conn| {
             events::record_and_apply(conn, &stored, |conn| {
-                apply(conn, effect, stored.received_at)
+                apply(conn, effect, stored.received_at, &policy)
             })
         })
         .await

@@ -247,6 +247,7 @@ impl<W: DbWork> Operation for WriteOnce<W> {
         _: &KeyClaim<W>,
         outcome: &Infallible,
         _: Option<&RequestRef>,
+        _settings: &Settings,
     ) -> diesel::QueryResult<KeyClaim<W>> {
         match *outcome {}
     }

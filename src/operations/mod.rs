@@ -30,7 +30,9 @@ mod execute;
 pub mod keyed;
 mod operation;
 mod recovery;
+mod settle;
 
 pub use execute::execute;
 pub use operation::{Called, Claimed, Lease, Operation, lease_duration};
 pub use recovery::{Recovery, recover};
+pub use settle::{Settle, Settled, settle};

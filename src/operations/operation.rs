@@ -119,9 +119,10 @@ pub trait Operation: 'static {
         outcome: Self::Outcome,
         request: Option<RequestRef>,
     ) -> Result<Self::Row, DbError> {
+        let settings = state.settings.clone();
         state
             .db
-            .run(move |conn| Self::finish(conn, &row, &outcome, request.as_ref()))
+            .run(move |conn| Self::finish(conn, &row, &outcome, request.as_ref(), &settings))
             .await
     }
 
@@ -143,13 +144,15 @@ pub trait Operation: 'static {
     ) -> Result<Called<Self::Outcome>, OutcomeUnknown>;
 
     /// Records a final outcome in one transaction, guarded by the row still being
-    /// unfinished, with the answer every retry replays. Returns the row as it is after:
-    /// finished by this call, or by whoever was first (its answer stands).
+    /// unfinished, with the answer every retry replays, and the money it moved posted to
+    /// the ledger by the settings' policy. Returns the row as it is after: finished by this
+    /// call, or by whoever was first (its answer stands).
     fn finish(
         conn: &mut DbConnection,
         row: &Self::Row,
         outcome: &Self::Outcome,
         request: Option<&RequestRef>,
+        settings: &Settings,
     ) -> diesel::QueryResult<Self::Row>;
 
     /// The body of the 202 answered while the outcome is unknown: the object as it is.

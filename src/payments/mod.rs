@@ -21,10 +21,11 @@ use crate::db::group_commit::WritePath;
 use crate::db::payments::{self as rows, FinalState, ListFilter, PaymentRow, PaymentWrites};
 use crate::db::{Db, DbConnection, DbError};
 use crate::domain::RequestRef;
-use crate::domain::{IdempotencyKey, PaymentId, Timestamp, now};
+use crate::domain::{IdempotencyKey, LedgerPolicy, PaymentId, Timestamp, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
+use crate::ledger::{self, Posting};
 use crate::operations::{self, Called, Claimed, Lease, Operation};
 use crate::provider::{
     Charge, ChargeRequest, OutcomeUnknown, PROVIDER_REFUSED, ProviderError, ProviderStatus,
@@ -91,6 +92,7 @@ impl Operation for CreatePayment {
             row: finished.clone(),
             body,
             made_by: request,
+            policy: state.settings.ledger,
         };
         if state.payment_writes.finishes.submit(final_state).await? {
             return Ok(finished);
@@ -141,10 +143,11 @@ impl Operation for CreatePayment {
         row: &PaymentRow,
         charge: &Charged,
         request: Option<&RequestRef>,
+        settings: &Settings,
     ) -> diesel::QueryResult<PaymentRow> {
         let (finished, body) = final_state(row.clone(), charge.clone(), now())
             .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
-        if finish_recorded(conn, &finished, &body, request)? {
+        if finish_recorded(conn, &finished, &body, request, &settings.ledger)? {
             return Ok(finished);
         }
         // Someone else (a webhook, another instance) finished it first: theirs stands.
@@ -167,11 +170,13 @@ pub fn finish_recorded(
     row: &PaymentRow,
     body: &str,
     made_by: Option<&RequestRef>,
+    policy: &LedgerPolicy,
 ) -> diesel::QueryResult<bool> {
     let state = FinalState {
         row: row.clone(),
         body: body.to_owned(),
         made_by: made_by.cloned(),
+        policy: *policy,
     };
     let mut finished = finish_recorded_all(conn, std::slice::from_ref(&state))?;
     Ok(finished.pop().unwrap_or(false))
@@ -215,6 +220,25 @@ pub fn finish_recorded_all(
             })
             .collect();
         events::record_all(conn, &events)?;
+        // A succeeded payment's money, captured as it succeeded, in the same transaction.
+        let charges: Vec<Posting> = states
+            .iter()
+            .zip(&finished)
+            .filter(|(s, finished)| {
+                **finished && s.row.status == crate::domain::PaymentStatus::Succeeded
+            })
+            .map(|(s, _)| {
+                Posting::charge(
+                    &s.policy,
+                    &s.row.merchant_id,
+                    &s.row.id,
+                    s.row.amount_captured,
+                    &s.row.currency,
+                    s.row.updated_at,
+                )
+            })
+            .collect();
+        ledger::post(conn, &charges)?;
         Ok(finished)
     })
 }

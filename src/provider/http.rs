@@ -14,7 +14,7 @@ use crate::tls::ClientTls;
 
 use super::protocol::{
     CaptureRequest, Charge, ChargeRequest, ChargeUpdate, OutcomeUnknown, PaymentProvider,
-    ProviderError, ProviderRefund, RefundRequest,
+    PayoutRequest, ProviderError, ProviderPayout, ProviderRefund, RefundRequest,
 };
 
 pub struct HttpProvider {
@@ -183,6 +183,14 @@ impl PaymentProvider for HttpProvider {
         request: &'a RefundRequest,
     ) -> LocalBoxFuture<'a, Result<ProviderRefund, ProviderError>> {
         Box::pin(self.call("/v1/refunds", idempotency_key, request))
+    }
+
+    fn create_payout<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a PayoutRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderPayout, ProviderError>> {
+        Box::pin(self.call("/v1/payouts", idempotency_key, request))
     }
 
     fn capture_charge<'a>(

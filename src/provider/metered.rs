@@ -5,8 +5,8 @@ use std::time::Instant;
 use futures_util::future::LocalBoxFuture;
 
 use super::protocol::{
-    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, PaymentProvider, ProviderError,
-    ProviderRefund, ProviderStatus, RefundRequest,
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, PaymentProvider, PayoutRequest,
+    ProviderError, ProviderPayout, ProviderRefund, RefundRequest,
 };
 
 /// Counts and times every call through the [`PaymentProvider`] port, whichever flow makes
@@ -27,12 +27,12 @@ impl MeteredProvider {
 async fn metered<T>(
     operation: &'static str,
     call: impl std::future::Future<Output = Result<T, ProviderError>>,
-    status: impl Fn(&T) -> ProviderStatus,
+    status: impl Fn(&T) -> &'static str,
 ) -> Result<T, ProviderError> {
     let started = Instant::now();
     let result = call.await;
     let outcome = match &result {
-        Ok(answer) => status(answer).as_str(),
+        Ok(answer) => status(answer),
         Err(ProviderError::Unknown(_)) => "unknown",
         Err(ProviderError::Refused(_)) => "refused",
     };
@@ -49,7 +49,7 @@ impl PaymentProvider for MeteredProvider {
         Box::pin(metered(
             "charge",
             self.inner.create_charge(idempotency_key, request),
-            |charge| charge.status,
+            |charge| charge.status.as_str(),
         ))
     }
 
@@ -61,7 +61,7 @@ impl PaymentProvider for MeteredProvider {
         Box::pin(metered(
             "refund",
             self.inner.create_refund(idempotency_key, request),
-            |refund| refund.status,
+            |refund| refund.status.as_str(),
         ))
     }
 
@@ -75,7 +75,7 @@ impl PaymentProvider for MeteredProvider {
             "capture",
             self.inner
                 .capture_charge(idempotency_key, charge_id, request),
-            |update| update.status,
+            |update| update.status.as_str(),
         ))
     }
 
@@ -87,7 +87,19 @@ impl PaymentProvider for MeteredProvider {
         Box::pin(metered(
             "cancel",
             self.inner.cancel_charge(idempotency_key, charge_id),
-            |update| update.status,
+            |update| update.status.as_str(),
+        ))
+    }
+
+    fn create_payout<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a PayoutRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderPayout, ProviderError>> {
+        Box::pin(metered(
+            "payout",
+            self.inner.create_payout(idempotency_key, request),
+            |payout| payout.status.as_str(),
         ))
     }
 }

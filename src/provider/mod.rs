@@ -11,5 +11,6 @@ pub use http::HttpProvider;
 pub use metered::MeteredProvider;
 pub use protocol::{
     CaptureRequest, Charge, ChargeRequest, ChargeUpdate, OutcomeUnknown, PROVIDER_REFUSED,
-    PaymentProvider, ProviderError, ProviderRefund, ProviderStatus, RefundRequest,
+    PaymentProvider, PayoutRequest, PayoutState, ProviderError, ProviderPayout, ProviderRefund,
+    ProviderStatus, RefundRequest,
 };

@@ -116,6 +116,53 @@ pub struct ProviderRefund {
     pub failure_code: Option<String>,
 }
 
+/// `POST /v1/payouts` body. `reference` is our payout id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PayoutRequest {
+    pub amount: i64,
+    pub currency: String,
+    /// The merchant's bank account (`ba_…`).
+    pub destination: String,
+    pub reference: String,
+}
+
+/// Where a payout is at the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PayoutState {
+    Paid,
+    Failed,
+    /// Finished later by a signed webhook.
+    Pending,
+}
+
+impl PayoutState {
+    /// The status as the protocol writes it (also the metrics label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Paid => "paid",
+            Self::Failed => "failed",
+            Self::Pending => "pending",
+        }
+    }
+}
+
+/// The provider's answer to a payout (`tr_…`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderPayout {
+    #[serde(deserialize_with = "provider_id")]
+    pub id: String,
+    pub status: PayoutState,
+    #[serde(default)]
+    pub amount: i64,
+    #[serde(default)]
+    pub currency: String,
+    #[serde(default)]
+    pub reference: String,
+    #[serde(default, deserialize_with = "provider_text")]
+    pub failure_code: Option<String>,
+}
+
 /// The id the provider gives a charge or refund, which we store and send back: never
 /// empty (an answer without one is not understood), and fit to store (see [`sanitized`]).
 fn provider_id<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
@@ -181,11 +228,27 @@ pub trait PaymentProvider: Send + Sync + 'static {
         idempotency_key: &'a str,
         charge_id: &'a str,
     ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>>;
+
+    /// Pays out to a bank account at most once per `idempotency_key` (our payout id): the
+    /// same key again returns the first result and moves no money.
+    fn create_payout<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a PayoutRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderPayout, ProviderError>>;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_payout_answer_is_understood() {
+        let payout: ProviderPayout =
+            serde_json::from_str(r#"{"id": "tr_1", "status": "pending"}"#).unwrap();
+        assert_eq!(payout.status, PayoutState::Pending);
+        assert!(serde_json::from_str::<ProviderPayout>(r#"{"id": "", "status": "paid"}"#).is_err());
+    }
 
     #[test]
     fn a_minimal_provider_answer_is_understood() {

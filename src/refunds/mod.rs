@@ -27,11 +27,12 @@ use crate::config::Settings;
 use crate::db::DbConnection;
 use crate::db::refunds::{self as rows, RefundRow};
 use crate::domain::RequestRef;
-use crate::domain::{IdempotencyKey, PaymentId, PaymentStatus, RefundId, RefundStatus, now};
+use crate::domain::{IdempotencyKey, PaymentId, PaymentStatus, RefundId, RefundStatus, Timestamp};
 use crate::error::ApiError;
-use crate::events::{self, EventType, NewEvent};
+use crate::events::EventType;
 use crate::idempotency::{Answer, idempotent_record};
-use crate::operations::{self, Called, Claimed, Lease, Operation};
+use crate::ledger::{self, Posting};
+use crate::operations::{self, Called, Claimed, Lease, Operation, Settle, Settled};
 use crate::provider::{
     OutcomeUnknown, PROVIDER_REFUSED, ProviderError, ProviderRefund, ProviderStatus, RefundRequest,
 };
@@ -88,21 +89,12 @@ impl RefundOutcome {
 }
 
 /// What [`apply_refund_outcome`] did.
-#[derive(Debug, Clone)]
-pub enum OutcomeApplied {
-    /// This call moved the refund from `pending` to final and settled the money.
-    Applied(RefundRow),
-    /// The refund was final already (or a stored refusal): nothing changed. An outcome that
-    /// disagrees with `row.status` would have moved it backwards or sideways.
-    AlreadyFinal(RefundRow),
-    /// No refund has this id.
-    UnknownRefund,
-}
+pub type OutcomeApplied = Settled<RefundRow>;
 
 /// Finishes a pending refund: status, the provider's refund id, the money on the payment
-/// (`amount_refunded` grows on success; the reservation is given back on failure) and the
-/// 201 every retry of the refund request replays, all in one transaction (a savepoint when
-/// the caller already runs one, e.g. a webhook that records its event id alongside).
+/// (`amount_refunded` grows on success; the reservation is given back, and the amount comes
+/// back to the balance, on failure), the 201 every retry of the refund request replays and
+/// the refund's event, all in one transaction ([`operations::settle`]).
 ///
 /// Only the `pending → final` move changes anything, and of concurrent callers exactly one
 /// makes it, so the money moves once however many paths report the same outcome.
@@ -112,17 +104,31 @@ pub fn apply_refund_outcome(
     outcome: &RefundOutcome,
     made_by: Option<&RequestRef>,
 ) -> diesel::QueryResult<OutcomeApplied> {
-    use diesel::Connection;
-    conn.transaction(|conn| {
-        let at = now();
-        // Write first: it is the guard, and on SQLite it takes the write lock before any read.
-        let ours = rows::lock_unfinished(conn, refund_id, at)?;
-        let Some(mut row) = rows::find_by_id(conn, refund_id)? else {
-            return Ok(OutcomeApplied::UnknownRefund);
-        };
-        if !ours {
-            return Ok(OutcomeApplied::AlreadyFinal(row));
-        }
+    operations::settle::<CreateRefund>(conn, refund_id, outcome, made_by)
+}
+
+impl Settle for CreateRefund {
+    type Row = RefundRow;
+    type Outcome = RefundOutcome;
+
+    fn lock_unfinished(
+        conn: &mut DbConnection,
+        id: &str,
+        at: Timestamp,
+    ) -> diesel::QueryResult<bool> {
+        rows::lock_unfinished(conn, id, at)
+    }
+
+    fn find(conn: &mut DbConnection, id: &str) -> diesel::QueryResult<Option<RefundRow>> {
+        rows::find_by_id(conn, id)
+    }
+
+    fn settle(
+        conn: &mut DbConnection,
+        row: &mut RefundRow,
+        outcome: &RefundOutcome,
+        at: Timestamp,
+    ) -> diesel::QueryResult<()> {
         if let Some(id) = outcome.provider_refund_id() {
             row.provider_refund_id = Some(id.clone());
         }
@@ -136,33 +142,43 @@ pub fn apply_refund_outcome(
                 row.status = row.status.move_to(RefundStatus::Failed)?;
                 row.failure_code = failure_code.clone();
                 rows::release_reservation(conn, &row.payment_id, row.amount)?;
+                // The amount comes back to the balance, with the failure.
+                ledger::post(
+                    conn,
+                    &[Posting::refund_failure(
+                        &row.merchant_id,
+                        &row.id,
+                        row.amount,
+                        &row.currency,
+                        at,
+                    )],
+                )?;
             }
         }
         row.lease_token = None;
         row.lease_expires_at = None;
         row.updated_at = at;
-        let body = view::render(&row)
-            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+        Ok(())
+    }
+
+    fn finish(
+        conn: &mut DbConnection,
+        row: &mut RefundRow,
+        body: &str,
+    ) -> diesel::QueryResult<bool> {
         row.response_status = Some(201);
-        row.response_body = Some(body.clone());
-        if !rows::finish(conn, &row)? {
-            // Cannot happen while this transaction holds the pending row; never half-apply.
-            return Err(diesel::result::Error::RollbackTransaction);
-        }
-        if let Some(kind) = EventType::of_refund_status(row.status) {
-            events::record(
-                conn,
-                NewEvent {
-                    merchant_id: &row.merchant_id,
-                    kind,
-                    object_id: &row.id,
-                    object: &body,
-                    request: made_by,
-                },
-            )?;
-        }
-        Ok(OutcomeApplied::Applied(row))
-    })
+        row.response_body = Some(body.to_owned());
+        rows::finish(conn, row)
+    }
+
+    fn render(row: &RefundRow) -> serde_json::Result<String> {
+        view::render(row)
+    }
+
+    fn event(row: &RefundRow) -> Option<(EventType, &str, &str)> {
+        EventType::of_refund_status(row.status)
+            .map(|kind| (kind, row.merchant_id.as_str(), row.id.as_str()))
+    }
 }
 
 idempotent_record!(RefundRow);
@@ -235,10 +251,11 @@ impl Operation for CreateRefund {
         row: &RefundRow,
         outcome: &RefundOutcome,
         request: Option<&RequestRef>,
+        _settings: &Settings,
     ) -> diesel::QueryResult<RefundRow> {
         match apply_refund_outcome(conn, &row.id, outcome, request)? {
-            OutcomeApplied::Applied(row) | OutcomeApplied::AlreadyFinal(row) => Ok(row),
-            OutcomeApplied::UnknownRefund => Err(diesel::result::Error::NotFound),
+            Settled::Applied(row) | Settled::AlreadyFinal(row) => Ok(row),
+            Settled::Unknown => Err(diesel::result::Error::NotFound),
         }
     }
 
@@ -354,6 +371,17 @@ fn claim_refund(
                 }
                 let mut row = claim.clone();
                 row.amount = amount;
+                // Promised back to the customer: it leaves the balance now, with the claim.
+                ledger::post(
+                    conn,
+                    &[Posting::refund(
+                        &row.merchant_id,
+                        &row.id,
+                        amount,
+                        &row.currency,
+                        row.created_at,
+                    )],
+                )?;
                 let charge = payment
                     .provider_charge_id
                     .ok_or(diesel::result::Error::NotFound)?;

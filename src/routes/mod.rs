@@ -1,6 +1,7 @@
 //! HTTP only: extract, authenticate, call one flow, answer.
 
 pub mod authenticate;
+pub mod balance;
 pub mod events;
 pub mod health;
 pub mod inbound;
@@ -8,6 +9,7 @@ pub mod input;
 pub mod openapi;
 pub mod ops;
 pub mod payments;
+pub mod payouts;
 pub mod problems;
 pub mod refunds;
 pub mod webhook_endpoints;
@@ -17,6 +19,11 @@ use actix_web::{HttpResponse, web};
 
 use crate::error::ApiError;
 use crate::routes::openapi::operation;
+
+/// The OpenAPI document of every route in [`ROUTES`].
+pub fn document() -> utoipa::openapi::OpenApi {
+    openapi::document_of(ROUTES.iter().map(|route| route.doc))
+}
 
 /// One route the service serves: what `configure` registers and what the OpenAPI document
 /// describes, from the same line, so a route cannot be served undocumented.
@@ -73,6 +80,42 @@ pub const ROUTES: &[Route] = &[
         path: "/v1/payments/{id}/refunds",
         handler: || web::to(refunds::list),
         doc: operation::<refunds::__path_list>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/balance",
+        handler: || web::to(balance::get_balance),
+        doc: operation::<balance::__path_get_balance>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/balance_transactions",
+        handler: || web::to(balance::list_transactions),
+        doc: operation::<balance::__path_list_transactions>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/balance_transactions/{id}",
+        handler: || web::to(balance::get_transaction),
+        doc: operation::<balance::__path_get_transaction>,
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/payouts",
+        handler: || web::to(payouts::create),
+        doc: operation::<payouts::__path_create>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/payouts",
+        handler: || web::to(payouts::list),
+        doc: operation::<payouts::__path_list>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/payouts/{id}",
+        handler: || web::to(payouts::get),
+        doc: operation::<payouts::__path_get>,
     },
     Route {
         method: Method::POST,

@@ -12,8 +12,6 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, ObjectBuilder, Ref, RefOr, Required, ResponseBuilder, Type};
 use utoipa::{IntoParams, Modify, OpenApi};
 
-use super::ROUTES;
-
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -25,16 +23,20 @@ use super::ROUTES;
     modifiers(&CommonParts),
     tags(
         (name = "payments", description = "Create and read payments"),
+        (name = "balance", description = "What the merchant holds: the balance and every movement of its money"),
         (name = "operations", description = "Health, metrics and this document (no API key needed)"),
     )
 )]
 struct ApiDoc;
 
-/// The whole document: the declared parts above plus one operation per served route.
-pub fn document() -> utoipa::openapi::OpenApi {
+/// The whole document: the declared parts above plus one operation per served route
+/// (each route's `doc`, from [`crate::routes::ROUTES`]: see [`crate::routes::document`]).
+pub fn document_of(
+    operations: impl IntoIterator<Item = fn(&mut utoipa::openapi::OpenApi)>,
+) -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
-    for route in ROUTES {
-        (route.doc)(&mut doc);
+    for add in operations {
+        add(&mut doc);
     }
     CommonParts.modify(&mut doc);
     doc.webhooks = Some(
@@ -111,7 +113,7 @@ fn event_delivery() -> PathItem {
 
 /// Adds the operation of a `#[utoipa::path]` handler (its generated `__path_<fn>` type) to
 /// `doc`, with its tags and the schemas it refers to, as `#[openapi(paths(..))]` would.
-/// Used as `doc: openapi::operation::<payments::__path_create>` in [`ROUTES`].
+/// Used as `doc: openapi::operation::<payments::__path_create>` in [`crate::routes::ROUTES`].
 pub fn operation<P>(doc: &mut utoipa::openapi::OpenApi)
 where
     P: utoipa::Path + utoipa::__dev::SchemaReferences + for<'t> utoipa::__dev::Tags<'t>,
@@ -191,6 +193,10 @@ impl Modify for CommonParts {
                 <crate::events::EventType as utoipa::ToSchema>::name(),
                 <crate::events::EventType as utoipa::PartialSchema>::schema,
             ),
+            (
+                <crate::ledger::view::TransactionType as utoipa::ToSchema>::name(),
+                <crate::ledger::view::TransactionType as utoipa::PartialSchema>::schema,
+            ),
         ] {
             components
                 .schemas
@@ -265,8 +271,6 @@ impl Modify for CommonParts {
 mod tests {
     use serde_json::Value;
 
-    use super::document;
-
     /// `(method, path, operation)` of every operation in the document.
     fn operations(doc: &Value) -> Vec<(String, String, Value)> {
         let mut out = Vec::new();
@@ -279,7 +283,7 @@ mod tests {
     }
 
     fn doc() -> Value {
-        serde_json::to_value(document()).expect("the document serialises")
+        serde_json::to_value(crate::routes::document()).expect("the document serialises")
     }
 
     /// Rate limiting and authentication answer before a handler runs, so every operation

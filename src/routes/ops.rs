@@ -38,11 +38,8 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
 }
 
 /// The document is built from the code once, on first use.
-static OPENAPI_JSON: LazyLock<Result<String, String>> = LazyLock::new(|| {
-    crate::routes::openapi::document()
-        .to_json()
-        .map_err(|e| e.to_string())
-});
+static OPENAPI_JSON: LazyLock<Result<String, String>> =
+    LazyLock::new(|| super::document().to_json().map_err(|e| e.to_string()));
 
 /// This document.
 #[utoipa::path(

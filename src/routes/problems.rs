@@ -266,6 +266,25 @@ problem_set!(
     ])
 );
 
+problem_set!(
+    /// `POST /v1/payouts`.
+    PayoutProblems = all([
+        money_post(),
+        vec![(
+            ApiError::InsufficientBalance(String::new()),
+            "`amount` is more than the available balance in `currency` (kept as this key's answer)",
+        )],
+    ])
+);
+
+problem_set!(
+    /// `GET /v1/payouts/{id}`.
+    PayoutNotFoundProblems = all([
+        api_key(),
+        not_found("no such payout of yours (or `id` is not a payout id)"),
+    ])
+);
+
 /// A webhook endpoint POST: its `Idempotency-Key` is optional.
 fn endpoint_post() -> Vec<Problem> {
     all([api_key(), json_body(), idempotency_key(false)])

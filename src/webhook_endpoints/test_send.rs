@@ -104,6 +104,7 @@ impl Operation for SendTest {
         row: &KeyClaim<TestSend>,
         answer: &Answer,
         _: Option<&RequestRef>,
+        _settings: &Settings,
     ) -> diesel::QueryResult<KeyClaim<TestSend>> {
         row.store(conn, answer)?;
         // Stored by this request, or by one that took the key over meanwhile: theirs stands.

@@ -173,6 +173,7 @@ fn finished(row: &PaymentRow, status: ProviderStatus, made_by: &str) -> FinalSta
             id: made_by.to_owned(),
             idempotency_key: None,
         }),
+        policy: Default::default(),
     }
 }
 

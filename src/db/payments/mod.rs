@@ -93,6 +93,8 @@ pub struct FinalState {
     pub row: PaymentRow,
     pub body: String,
     pub made_by: Option<RequestRef>,
+    /// The terms its charge, if it succeeded, is posted to the ledger by.
+    pub policy: crate::domain::LedgerPolicy,
 }
 
 /// The write path of new payments (see [`WritePath`]): on PostgreSQL concurrent claims

@@ -7,10 +7,11 @@ use crate::db::DbConnection;
 use crate::db::captures::{self as rows, Age, CANCEL, CAPTURE, CaptureRow};
 use crate::db::payments as payment_rows;
 use crate::domain::RequestRef;
-use crate::domain::{CaptureStatus, OperationId, PaymentStatus, Timestamp, now};
+use crate::domain::{CaptureStatus, LedgerPolicy, OperationId, PaymentStatus, Timestamp, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
+use crate::ledger::{self, Posting};
 use crate::operations::{Called, Claimed, Lease, Operation};
 use crate::payments::view;
 use crate::provider::{
@@ -108,8 +109,9 @@ impl Operation for CaptureOrCancel {
         row: &CaptureRow,
         outcome: &CaptureOutcome,
         request: Option<&RequestRef>,
+        settings: &Settings,
     ) -> diesel::QueryResult<CaptureRow> {
-        finish_operation(conn, row, outcome, request)
+        finish_operation(conn, row, outcome, request, &settings.ledger)
     }
 
     /// The 202 body is the payment as it is (still `requires_capture`, held).
@@ -214,6 +216,7 @@ fn finish_operation(
     row: &CaptureRow,
     outcome: &CaptureOutcome,
     request: Option<&RequestRef>,
+    policy: &LedgerPolicy,
 ) -> diesel::QueryResult<CaptureRow> {
     use diesel::Connection;
     conn.transaction(|conn| {
@@ -265,7 +268,24 @@ fn finish_operation(
                     // Only the holder moves a held payment; never store half an outcome.
                     return Err(diesel::result::Error::RollbackTransaction);
                 }
-                let payment = render_payment(conn, &op.payment_id)?;
+                let payment =
+                    payment_rows::find_by_id(conn, &op.payment_id)?.ok_or(diesel::result::Error::NotFound)?;
+                if capture {
+                    // The captured money, posted with the capture.
+                    ledger::post(
+                        conn,
+                        &[Posting::charge(
+                            policy,
+                            &payment.merchant_id,
+                            &payment.id,
+                            payment.amount_captured,
+                            &payment.currency,
+                            at,
+                        )],
+                    )?;
+                }
+                let payment = view::render(&payment)
+                    .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
                 // The payment's one capture or cancel is its one `payment.succeeded` /
                 // `payment.canceled`, in this transaction.
                 let kind = if capture {

@@ -8,11 +8,12 @@ use std::time::Duration;
 use futures_util::future::LocalBoxFuture;
 
 use super::ledger::ChargeMove;
+use super::payouts::payout_event;
 use super::simulator::Simulator;
-use super::webhooks::{WebhookDelivery, charge_event};
+use super::webhooks::{OutboundEvent, WebhookDelivery, charge_event};
 use crate::provider::protocol::{
-    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, PaymentProvider, ProviderError,
-    ProviderRefund, ProviderStatus, RefundRequest,
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, PaymentProvider, PayoutRequest,
+    PayoutState, ProviderError, ProviderPayout, ProviderRefund, ProviderStatus, RefundRequest,
 };
 
 /// The simulator inside the service's process, with an optional latency per call. With
@@ -41,17 +42,24 @@ impl InProcessProvider {
     /// Completes a pending charge after the delay and delivers its webhook. Every call for
     /// a pending charge schedules one, but only the first to complete it sends anything.
     fn complete_later(&self, charge_id: String) {
+        self.announce_later(move |simulator| {
+            simulator
+                .complete_pending(&charge_id)
+                .as_ref()
+                .and_then(charge_event)
+        });
+    }
+
+    /// After the delay, finishes what `complete` finishes and delivers its webhook (none if
+    /// it was finished already).
+    fn announce_later(&self, complete: impl FnOnce(&Simulator) -> Option<OutboundEvent> + 'static) {
         let Some((delivery, delay)) = self.webhooks.clone() else {
             return;
         };
         let simulator = self.simulator.clone();
         actix_web::rt::spawn(async move {
             actix_web::rt::time::sleep(delay).await;
-            let Some(event) = simulator
-                .complete_pending(&charge_id)
-                .as_ref()
-                .and_then(charge_event)
-            else {
+            let Some(event) = complete(&simulator) else {
                 return;
             };
             if let Err(e) = delivery.deliver(&event).await {
@@ -115,6 +123,31 @@ impl PaymentProvider for InProcessProvider {
         charge_id: &'a str,
     ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
         self.update_later(idempotency_key, charge_id, ChargeMove::Cancel)
+    }
+
+    fn create_payout<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        request: &'a PayoutRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderPayout, ProviderError>> {
+        Box::pin(async move {
+            // As for charges: the money moves first, then the answer takes its time.
+            let payout = self.simulator.payouts.payout(idempotency_key, request);
+            if payout.status == PayoutState::Pending {
+                let id = payout.id.clone();
+                self.announce_later(move |simulator| {
+                    simulator
+                        .payouts
+                        .complete_pending(&id)
+                        .as_ref()
+                        .and_then(payout_event)
+                });
+            }
+            if !self.latency.is_zero() {
+                actix_web::rt::time::sleep(self.latency).await;
+            }
+            Ok(payout)
+        })
     }
 }
 

@@ -15,12 +15,14 @@ mod cards;
 mod in_process;
 mod journal;
 mod ledger;
+mod payouts;
 pub mod server;
 mod simulator;
 pub mod webhooks;
 
 pub use in_process::InProcessProvider;
 pub use ledger::ChargeMove;
+pub use payouts::{SimPayouts, SimulatedPayout};
 pub use server::Faults;
 pub use simulator::Simulator;
 pub use webhooks::{RetryPolicy, WebhookDelivery};

@@ -19,7 +19,7 @@ use super::in_process::InProcessProvider;
 use super::simulator::Simulator;
 use super::webhooks::WebhookDelivery;
 use crate::provider::protocol::{
-    CaptureRequest, ChargeRequest, PaymentProvider, ProviderError, RefundRequest,
+    CaptureRequest, ChargeRequest, PaymentProvider, PayoutRequest, ProviderError, RefundRequest,
 };
 
 /// Fault injection. Rates apply to every call; the `*_next` counters and `down` let tests
@@ -230,6 +230,25 @@ async fn cancel_charge(
     .await
 }
 
+async fn create_payout(
+    state: web::Data<SimState>,
+    req: HttpRequest,
+    body: web::Bytes,
+) -> HttpResponse {
+    money_call(
+        &state,
+        &req,
+        &body,
+        async |p: &InProcessProvider, key: &str, r: &PayoutRequest| p.create_payout(key, r).await,
+    )
+    .await
+}
+
+async fn list_payouts(state: web::Data<SimState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .json(serde_json::json!({"object": "list", "data": state.simulator.payouts.all()}))
+}
+
 async fn list_charges(state: web::Data<SimState>) -> HttpResponse {
     HttpResponse::Ok()
         .json(serde_json::json!({"object": "list", "data": state.simulator.charges()}))
@@ -267,6 +286,8 @@ pub fn serve(
             .route("/v1/charges/{id}/cancel", web::post().to(cancel_charge))
             .route("/v1/refunds", web::post().to(create_refund))
             .route("/v1/refunds", web::get().to(list_refunds))
+            .route("/v1/payouts", web::post().to(create_payout))
+            .route("/v1/payouts", web::get().to(list_payouts))
     })
     // A dropped answer hangs on purpose; don't let it hold up a stop.
     .shutdown_timeout(1)

@@ -15,6 +15,8 @@ use crate::provider::protocol::{
 #[derive(Default)]
 pub struct Simulator {
     ledger: Mutex<Ledger>,
+    /// Payouts keep a book of their own.
+    pub payouts: super::payouts::SimPayouts,
 }
 
 impl Simulator {

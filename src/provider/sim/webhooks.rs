@@ -45,10 +45,9 @@ pub fn charge_event(charge: &Charge) -> Option<OutboundEvent> {
         ProviderStatus::RequiresCapture => "charge.requires_capture",
         ProviderStatus::Pending | ProviderStatus::Canceled => return None,
     };
-    let body = EventBody {
-        kind: event_type,
-        timestamp: format_timestamp(crate::domain::now()),
-        data: ChargeEventData {
+    event(
+        event_type,
+        ChargeEventData {
             charge_id: &charge.id,
             reference: &charge.reference,
             amount: charge.amount,
@@ -56,11 +55,20 @@ pub fn charge_event(charge: &Charge) -> Option<OutboundEvent> {
             failure_code: charge.failure_code.as_deref(),
             failure_message: charge.failure_message.as_deref(),
         },
+    )
+}
+
+/// A signed-to-be event of `event_type` carrying `data`, with a new id.
+pub fn event<T: Serialize>(event_type: &'static str, data: T) -> Option<OutboundEvent> {
+    let body = EventBody {
+        kind: event_type,
+        timestamp: format_timestamp(crate::domain::now()),
+        data,
     };
-    // A struct of strings and integers always serialises.
+    // Strings, integers and JSON values always serialise.
     let body = serde_json::to_string(&body).ok()?;
     Some(OutboundEvent {
-        id: format!("evt_{}", uuid::Uuid::now_v7().simple()),
+        id: crate::domain::EventId::generate().into_string(),
         event_type,
         body,
     })

@@ -313,7 +313,7 @@ fn body_slots(value: &Value, at: &mut Vec<String>, out: &mut Vec<Slot>) {
 }
 
 fn routes_under_test() -> Vec<RouteUnderTest> {
-    let doc = serde_json::to_value(payments_api::openapi::document()).expect("document");
+    let doc = serde_json::to_value(payments_api::routes::document()).expect("document");
     ROUTES
         .iter()
         .map(|route| {

@@ -7,7 +7,7 @@ use payments_api::auth::Merchant;
 use payments_api::domain::{Amount, IdempotencyKey, PaymentId};
 use payments_api::provider::{
     CaptureRequest, Charge, ChargeRequest, ChargeUpdate, OutcomeUnknown, PaymentProvider,
-    ProviderError, ProviderRefund, RefundRequest,
+    PayoutRequest, ProviderError, ProviderPayout, ProviderRefund, RefundRequest,
 };
 
 use payments_api::refunds::{self, NewRefund, OutcomeApplied, RefundOutcome};
@@ -17,4 +17,6 @@ use crate::support::{TestApp, spawn_app, spawn_app_with, wait_until};
 
 mod concurrency;
 mod outcomes;
+
+pub(crate) use outcomes::refund_through_unreachable_provider;
 mod requests;

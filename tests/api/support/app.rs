@@ -9,7 +9,7 @@ use payments_api::config::Settings;
 use payments_api::db::merchants;
 use payments_api::domain::new_api_key;
 use payments_api::provider::sim::Simulator;
-use payments_api::startup::Application;
+use payments_api::startup::{Application, connect_and_migrate};
 use payments_api::state::AppState;
 use serde_json::Value;
 
@@ -24,7 +24,11 @@ pub struct TestApp {
     pub simulator: Arc<Simulator>,
     pub state: AppState,
     handle: ServerHandle,
-    _database: Option<TestDatabase>,
+    /// Shared by the instances of a cluster: the database goes when the last one stops.
+    _database: Option<Arc<TestDatabase>>,
+    /// The database as the test made it (not through a proxy the test may have put in
+    /// between): what the ledger is verified on when the instance stops.
+    ledger_url: String,
 }
 
 /// The secret the test server accepts (and its simulator signs with): tests sign with it.
@@ -55,8 +59,9 @@ pub async fn spawn_app() -> TestApp {
 
 pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
     let (database, url) = TestDatabase::create();
-    let mut app = start_instance(test_settings(url), configure, None).await;
-    app._database = Some(database);
+    let mut app = start_instance(test_settings(url.clone()), configure, None).await;
+    app._database = Some(Arc::new(database));
+    app.ledger_url = url;
     app
 }
 
@@ -75,10 +80,11 @@ async fn spawn_app_against(
     configure: impl FnOnce(&mut Settings),
 ) -> TestApp {
     let (database, db_url) = TestDatabase::create();
-    let mut settings = test_settings(db_url);
+    let mut settings = test_settings(db_url.clone());
     settings.provider_url = Some(url.to_owned());
     let mut app = start_instance(settings, configure, Some(ledger)).await;
-    app._database = Some(database);
+    app._database = Some(Arc::new(database));
+    app.ledger_url = db_url;
     app
 }
 
@@ -87,21 +93,28 @@ pub async fn spawn_cluster(
     n: usize,
     provider: &TestProvider,
     configure: impl Fn(&mut Settings),
-) -> (Vec<TestApp>, TestDatabase) {
+) -> (Vec<TestApp>, Arc<TestDatabase>) {
     let (database, url) = TestDatabase::create();
+    let database = Arc::new(database);
     let mut settings = test_settings(url);
     settings.provider_url = Some(provider.url.clone());
     let mut apps = Vec::new();
     for _ in 0..n {
-        let app = start_instance(
+        let mut app = start_instance(
             settings.clone(),
             &configure,
             Some(provider.simulator.clone()),
         )
         .await;
+        app._database = Some(database.clone());
         apps.push(app);
     }
     (apps, database)
+}
+
+/// An instance on a database the test made itself (no database is dropped with it).
+pub async fn start_on(settings: Settings) -> TestApp {
+    start_instance(settings, |_| {}, None).await
 }
 
 async fn start_instance(
@@ -110,6 +123,7 @@ async fn start_instance(
     provider_ledger: Option<Arc<Simulator>>,
 ) -> TestApp {
     configure(&mut settings);
+    let database_url = settings.database_url.clone();
     let api_key = settings.bootstrap_api_key.clone().expect("bootstrap key");
     let app = Application::build(settings)
         .await
@@ -137,6 +151,7 @@ async fn start_instance(
         state,
         handle,
         _database: None,
+        ledger_url: database_url,
     }
 }
 
@@ -161,7 +176,28 @@ impl Drop for TestApp {
         // Stop accepting before the database goes away with `self.database`.
         drop(self.handle.stop(false));
         self.state.shutdown.trigger();
+        // Every test ends by checking the ledger of the database it used, whatever it
+        // asserted itself: a test that breaks an invariant fails here.
+        if !std::thread::panicking() {
+            verify_ledger_at(&self.ledger_url);
+        }
     }
+}
+
+/// `payments-api ledger verify` on the database at `url`, on a connection of its own:
+/// panics with every violation.
+pub fn verify_ledger_at(url: &str) {
+    let mut settings = test_settings(url.to_owned());
+    settings.database_pool_size = 1;
+    let db = connect_and_migrate(&settings).expect("the database, to verify its ledger");
+    let mut conn = db.pool().get().expect("a connection to verify the ledger");
+    let verification = payments_api::ledger::verify(&mut conn).expect("ledger verify");
+    assert!(
+        verification.holds(),
+        "{}: {:#?}",
+        verification.summary(),
+        verification.violations
+    );
 }
 
 pub fn visa(amount: i64) -> Value {

@@ -1,0 +1,4 @@
+DROP TABLE payouts;
+DROP TABLE ledger_entries;
+DROP TABLE balance_transactions;
+DROP FUNCTION ledger_append_only();

@@ -1,0 +1,3 @@
+DROP TABLE payouts;
+DROP TABLE ledger_entries;
+DROP TABLE balance_transactions;

@@ -1,0 +1,292 @@
+//! The ledger's rows: balance transactions and their entries, written once and never
+//! changed (the database refuses UPDATE and DELETE on both), and the reads of them.
+//!
+//! A balance is not stored anywhere: it is the sum of a merchant's transactions, so no
+//! row is updated by every payment (no hot account), and a pending transaction counts as
+//! available the moment its `available_on` passes, with nothing written.
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Text};
+
+use super::DbConnection;
+use super::schema::{balance_transactions, ledger_entries};
+use crate::domain::Timestamp;
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = balance_transactions)]
+pub struct TransactionRow {
+    pub id: String,
+    pub merchant_id: String,
+    pub txn_type: String,
+    pub source_id: String,
+    pub amount: i64,
+    pub fee: i64,
+    pub net: i64,
+    pub currency: String,
+    pub available_on: Timestamp,
+    pub created_at: Timestamp,
+}
+
+/// One entry of a transaction (only ever written: verification reads entries in SQL).
+#[derive(Debug, Clone, Insertable)]
+#[diesel(table_name = ledger_entries)]
+pub struct EntryRow {
+    pub transaction_id: String,
+    pub account: &'static str,
+    pub merchant_id: String,
+    pub currency: String,
+    pub amount: i64,
+}
+
+/// One insert of the transactions and one of their entries. A second transaction of the
+/// same kind for the same object is a unique violation: the caller's transaction fails
+/// rather than count money twice.
+pub fn insert(
+    conn: &mut DbConnection,
+    transactions: &[TransactionRow],
+    entries: &[EntryRow],
+) -> QueryResult<()> {
+    if transactions.is_empty() {
+        return Ok(());
+    }
+    super::insert_rows!(&mut *conn, balance_transactions::table, transactions)?;
+    super::insert_rows!(conn, ledger_entries::table, entries)
+}
+
+pub fn find(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+    id: &str,
+) -> QueryResult<Option<TransactionRow>> {
+    balance_transactions::table
+        .filter(balance_transactions::merchant_id.eq(merchant_id))
+        .filter(balance_transactions::id.eq(id))
+        .select(TransactionRow::as_select())
+        .first(conn)
+        .optional()
+}
+
+/// What a list of transactions is narrowed to.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub txn_type: Option<String>,
+    pub source_id: Option<String>,
+}
+
+/// A merchant's transactions, newest first, `limit + 1` of them (see [`super::page`]).
+/// `None` if `starting_after` names no transaction of the merchant.
+pub fn list(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+    limit: i64,
+    starting_after: Option<&str>,
+    filter: &ListFilter,
+) -> QueryResult<Option<Vec<TransactionRow>>> {
+    if let Some(cursor) = starting_after
+        && find(conn, merchant_id, cursor)?.is_none()
+    {
+        return Ok(None);
+    }
+    let mut query = balance_transactions::table
+        .filter(balance_transactions::merchant_id.eq(merchant_id))
+        .select(TransactionRow::as_select())
+        .order(balance_transactions::id.desc())
+        .limit(limit + 1)
+        .into_boxed();
+    if let Some(cursor) = starting_after {
+        query = query.filter(balance_transactions::id.lt(cursor));
+    }
+    if let Some(kind) = &filter.txn_type {
+        query = query.filter(balance_transactions::txn_type.eq(kind));
+    }
+    if let Some(source) = &filter.source_id {
+        query = query.filter(balance_transactions::source_id.eq(source));
+    }
+    query.load(conn).map(Some)
+}
+
+/// The transactions of one object (a payment, refund or payout), oldest first.
+pub fn for_source(conn: &mut DbConnection, source_id: &str) -> QueryResult<Vec<TransactionRow>> {
+    balance_transactions::table
+        .filter(balance_transactions::source_id.eq(source_id))
+        .select(TransactionRow::as_select())
+        .order(balance_transactions::id.asc())
+        .load(conn)
+}
+
+/// A merchant's balance in one currency: the sums of `net` over its transactions already
+/// available at `at` and over those still pending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrencyBalance {
+    pub currency: String,
+    pub available: i64,
+    pub pending: i64,
+}
+
+/// `SUM` of a BIGINT is NUMERIC on PostgreSQL: cast back, the same text on both backends.
+fn sum_of_net() -> diesel::expression::SqlLiteral<Nullable<BigInt>> {
+    diesel::dsl::sql::<Nullable<BigInt>>("CAST(SUM(net) AS BIGINT)")
+}
+
+pub fn balance(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+    at: Timestamp,
+) -> QueryResult<Vec<CurrencyBalance>> {
+    let available: Vec<(String, Option<i64>)> = balance_transactions::table
+        .filter(balance_transactions::merchant_id.eq(merchant_id))
+        .filter(balance_transactions::available_on.le(at))
+        .group_by(balance_transactions::currency)
+        .select((balance_transactions::currency, sum_of_net()))
+        .load(conn)?;
+    let pending: Vec<(String, Option<i64>)> = balance_transactions::table
+        .filter(balance_transactions::merchant_id.eq(merchant_id))
+        .filter(balance_transactions::available_on.gt(at))
+        .group_by(balance_transactions::currency)
+        .select((balance_transactions::currency, sum_of_net()))
+        .load(conn)?;
+    let mut balances: std::collections::BTreeMap<String, CurrencyBalance> = Default::default();
+    for (currency, sum, is_available) in available
+        .into_iter()
+        .map(|(c, s)| (c, s, true))
+        .chain(pending.into_iter().map(|(c, s)| (c, s, false)))
+    {
+        let entry = balances
+            .entry(currency.clone())
+            .or_insert_with(|| CurrencyBalance {
+                currency,
+                available: 0,
+                pending: 0,
+            });
+        if is_available {
+            entry.available = sum.unwrap_or(0);
+        } else {
+            entry.pending = sum.unwrap_or(0);
+        }
+    }
+    Ok(balances.into_values().collect())
+}
+
+/// The merchant's available balance in `currency` at `at`.
+pub fn available(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+    currency: &str,
+    at: Timestamp,
+) -> QueryResult<i64> {
+    balance_transactions::table
+        .filter(balance_transactions::merchant_id.eq(merchant_id))
+        .filter(balance_transactions::currency.eq(currency))
+        .filter(balance_transactions::available_on.le(at))
+        .select(sum_of_net())
+        .first::<Option<i64>>(conn)
+        .map(|sum| sum.unwrap_or(0))
+}
+
+/// One broken rule, as `ledger verify` reports it.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct Violation {
+    #[diesel(sql_type = Text)]
+    pub rule: String,
+    #[diesel(sql_type = Text)]
+    pub subject: String,
+    #[diesel(sql_type = Text)]
+    pub detail: String,
+}
+
+/// The rules of the ledger, each a query that returns the rows breaking it (no
+/// parameters: one text for both backends). Every query reads the database in one pass.
+const RULES: &[&str] = &[
+    // Every transaction's entries sum to zero, and it has entries.
+    "SELECT 'entries_sum_to_zero' AS rule, t.id AS subject, \
+            'entries sum to ' || CAST(COALESCE(SUM(e.amount), 0) AS TEXT) || ' over ' \
+            || CAST(COUNT(e.transaction_id) AS TEXT) || ' entries' AS detail \
+     FROM balance_transactions t LEFT JOIN ledger_entries e ON e.transaction_id = t.id \
+     GROUP BY t.id HAVING COALESCE(SUM(e.amount), 0) <> 0 OR COUNT(e.transaction_id) = 0",
+    // Net is amount less fee; a fee is never negative.
+    "SELECT 'net_is_amount_less_fee' AS rule, id AS subject, \
+            'amount ' || CAST(amount AS TEXT) || ', fee ' || CAST(fee AS TEXT) \
+            || ', net ' || CAST(net AS TEXT) AS detail \
+     FROM balance_transactions WHERE net <> amount - fee OR fee < 0",
+    // Each balance account equals the sum of its transactions.
+    "SELECT 'balance_is_sum_of_transactions' AS rule, \
+            t.merchant_id || ' ' || t.currency AS subject, \
+            'transactions net ' || CAST(SUM(t.net) AS TEXT) || ', balance account ' \
+            || CAST(COALESCE((SELECT SUM(e.amount) FROM ledger_entries e \
+                WHERE e.merchant_id = t.merchant_id AND e.currency = t.currency \
+                  AND e.account = 'merchant_balance'), 0) AS TEXT) AS detail \
+     FROM balance_transactions t GROUP BY t.merchant_id, t.currency \
+     HAVING SUM(t.net) <> COALESCE((SELECT SUM(e.amount) FROM ledger_entries e \
+         WHERE e.merchant_id = t.merchant_id AND e.currency = t.currency \
+           AND e.account = 'merchant_balance'), 0)",
+    // No object has the same movement twice.
+    "SELECT 'once_per_object' AS rule, source_id AS subject, \
+            txn_type || ' recorded ' || CAST(COUNT(*) AS TEXT) || ' times' AS detail \
+     FROM balance_transactions GROUP BY source_id, txn_type HAVING COUNT(*) > 1",
+    // A succeeded payment's charges sum to what was captured; any other payment has none.
+    "SELECT 'payment_charges' AS rule, p.id AS subject, \
+            p.status || ', captured ' || CAST(p.amount_captured AS TEXT) || ', charged ' \
+            || CAST(COALESCE(SUM(t.amount), 0) AS TEXT) AS detail \
+     FROM payments p LEFT JOIN balance_transactions t \
+          ON t.source_id = p.id AND t.txn_type = 'charge' \
+     GROUP BY p.id, p.status, p.amount_captured \
+     HAVING COALESCE(SUM(t.amount), 0) <> \
+            CASE WHEN p.status = 'succeeded' THEN p.amount_captured ELSE 0 END",
+    // A refund's transactions: − its amount while pending or once succeeded, 0 once
+    // failed, none when it was refused (rejected).
+    "SELECT 'refund_transactions' AS rule, r.id AS subject, \
+            r.status || ', amount ' || CAST(r.amount AS TEXT) || ', transactions sum to ' \
+            || CAST(COALESCE(SUM(t.amount), 0) AS TEXT) || ' over ' \
+            || CAST(COUNT(t.id) AS TEXT) AS detail \
+     FROM refunds r LEFT JOIN balance_transactions t ON t.source_id = r.id \
+     GROUP BY r.id, r.status, r.amount \
+     HAVING COALESCE(SUM(t.amount), 0) <> CASE r.status \
+                WHEN 'pending' THEN -r.amount WHEN 'succeeded' THEN -r.amount ELSE 0 END \
+         OR COUNT(t.id) <> CASE r.status \
+                WHEN 'pending' THEN 1 WHEN 'succeeded' THEN 1 WHEN 'failed' THEN 2 ELSE 0 END",
+    // A payout's transactions: − its amount while pending or once paid, 0 once failed,
+    // none when it was refused (rejected).
+    "SELECT 'payout_transactions' AS rule, o.id AS subject, \
+            o.status || ', amount ' || CAST(o.amount AS TEXT) || ', transactions sum to ' \
+            || CAST(COALESCE(SUM(t.amount), 0) AS TEXT) || ' over ' \
+            || CAST(COUNT(t.id) AS TEXT) AS detail \
+     FROM payouts o LEFT JOIN balance_transactions t ON t.source_id = o.id \
+     GROUP BY o.id, o.status, o.amount \
+     HAVING COALESCE(SUM(t.amount), 0) <> CASE o.status \
+                WHEN 'pending' THEN -o.amount WHEN 'paid' THEN -o.amount ELSE 0 END \
+         OR COUNT(t.id) <> CASE o.status \
+                WHEN 'pending' THEN 1 WHEN 'paid' THEN 1 WHEN 'failed' THEN 2 ELSE 0 END",
+    // Every transaction names an object that exists, of the merchant.
+    "SELECT 'source_exists' AS rule, t.id AS subject, \
+            t.txn_type || ' names ' || t.source_id AS detail \
+     FROM balance_transactions t \
+     WHERE NOT EXISTS (SELECT 1 FROM payments p \
+                       WHERE p.id = t.source_id AND p.merchant_id = t.merchant_id) \
+       AND NOT EXISTS (SELECT 1 FROM refunds r \
+                       WHERE r.id = t.source_id AND r.merchant_id = t.merchant_id) \
+       AND NOT EXISTS (SELECT 1 FROM payouts o \
+                       WHERE o.id = t.source_id AND o.merchant_id = t.merchant_id)",
+];
+
+/// Every violation of the ledger's rules in the whole database.
+pub fn violations(conn: &mut DbConnection) -> QueryResult<Vec<Violation>> {
+    let mut found = Vec::new();
+    for rule in RULES {
+        found.extend(diesel::sql_query(*rule).load::<Violation>(conn)?);
+    }
+    Ok(found)
+}
+
+/// How much `ledger verify` looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub transactions: i64,
+    pub entries: i64,
+}
+
+pub fn counts(conn: &mut DbConnection) -> QueryResult<Counts> {
+    Ok(Counts {
+        transactions: balance_transactions::table.count().get_result(conn)?,
+        entries: ledger_entries::table.count().get_result(conn)?,
+    })
+}
