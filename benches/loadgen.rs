@@ -1,11 +1,12 @@
 //! Load generator for `scripts/bench.sh`: drives a running payments-api over HTTP and prints,
 //! per scenario, requests/s, p50, p99 and the non-2xx count.
 //!
-//!   cargo bench --bench loadgen -- --url URL[,URL…] --key KEY --scenario new|replay|storm
+//!   cargo bench --bench loadgen -- --url URL[,URL…] --key KEY[,KEY…] --scenario new|replay|storm
 //!       [--connections 64] [--seconds 10] [--storm 500] [--replay-keys 1000] [--threads 2]
 //!
 //! With several URLs (instances of one service on one database) the connections are spread
-//! round robin over them. `storm` sends `--storm` requests with one idempotency key, at most
+//! round robin over them. With several API keys (of different merchants), `new` spreads its
+//! payments round robin over them; `replay` and `storm` use the first. `storm` sends `--storm` requests with one idempotency key, at most
 //! `--connections` at a time.
 //!
 //! Each connection is a keep-alive HTTP/1.1 connection of its own, driven by its own task,
@@ -26,7 +27,8 @@ use futures_util::future::{LocalBoxFuture, join_all};
 struct Args {
     /// `host:port` of each instance
     addrs: Vec<&'static str>,
-    key: String,
+    /// API keys: `new` takes them in turn, the other scenarios the first.
+    keys: Vec<String>,
     scenario: String,
     connections: usize,
     seconds: u64,
@@ -38,7 +40,7 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         addrs: vec!["127.0.0.1:8080"],
-        key: String::new(),
+        keys: Vec::new(),
         scenario: "new".into(),
         connections: 64,
         seconds: 10,
@@ -61,7 +63,13 @@ fn parse_args() -> Result<Args, String> {
                     })
                     .collect::<Result<_, String>>()?
             }
-            "--key" => args.key = value()?,
+            "--key" => {
+                args.keys = value()?
+                    .split(',')
+                    .filter(|k| !k.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            }
             "--scenario" => args.scenario = value()?,
             "--connections" => args.connections = value()?.parse().map_err(|e| format!("{e}"))?,
             "--seconds" => args.seconds = value()?.parse().map_err(|e| format!("{e}"))?,
@@ -74,7 +82,7 @@ fn parse_args() -> Result<Args, String> {
     if args.threads == 0 || args.connections == 0 {
         return Err("--threads and --connections must be at least 1".into());
     }
-    if args.key.is_empty() {
+    if args.keys.is_empty() {
         return Err("--key is required".into());
     }
     Ok(args)
@@ -129,6 +137,10 @@ struct Connection {
     /// `host:port`
     addr: &'static str,
     stream: Option<TcpStream>,
+    /// This connection's number, and how many payments it has posted: which API key the
+    /// next one uses.
+    n: usize,
+    sent: usize,
     request: Vec<u8>,
     read: Vec<u8>,
 }
@@ -139,6 +151,8 @@ impl Connection {
         Self {
             addr: args.addrs[n % args.addrs.len()],
             stream: None,
+            n,
+            sent: 0,
             request: Vec::with_capacity(512),
             read: Vec::with_capacity(4096),
         }
@@ -160,13 +174,19 @@ impl Connection {
         use std::io::Write;
         self.connect().await?;
         self.request.clear();
+        let api_key = if args.scenario == "new" {
+            &args.keys[(self.n + self.sent * args.connections) % args.keys.len()]
+        } else {
+            &args.keys[0]
+        };
+        self.sent += 1;
         write!(
             self.request,
             "POST /v1/payments HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
              Content-Type: application/json\r\nIdempotency-Key: {key}\r\n\
              Content-Length: {}\r\n\r\n{BODY}",
             self.addr,
-            args.key,
+            api_key,
             BODY.len()
         )?;
         let exchange = async {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Measures payments-api against PostgreSQL's own limit on this machine, in one sitting:
-#   pgbench first (the naive two-transaction limit of a new payment's SQL, the same SQL
-#   batched 16 at a time, the replay's lookup), then the service over HTTP from a separate
-#   load-generating process: new payments and replays (three runs each: median and spread),
+#   pgbench first (the naive limit: a payment's claim insert and finishing update as two
+#   autocommit statements; the two-transaction limit of a new payment's SQL with its event;
+#   the same SQL batched 16 at a time; the replay's lookup), then the service over HTTP from a separate
+#   load-generating process: new payments of one merchant and spread over 100 merchants
+#   (the ledger's hot account), and replays (three runs each: median and spread),
 #   a storm of identical requests, new payments with the provider at 200 ms and 1 000
 #   connections, a storm of 10 000 identical requests over three instances, and new
 #   payments with 1 000 000 payments already stored. Peak RSS of the service throughout.
@@ -90,8 +92,9 @@ echo "== limit: pgbench, $CONNECTIONS clients, prepared, $RUNS runs each"
 "${PSQL[@]}" -d "$DB" -c "INSERT INTO payments (id, merchant_id, idempotency_key, request_fingerprint, amount, currency, payment_method, metadata, status, amount_refunded, response_status, response_body, provider_attempts, created_at, updated_at)
   SELECT 'pay_lookup_' || n, 'mer_bench', 'lookup-' || n, 'fp', 2000, 'usd', 'pm_card_visa', '{}', 'succeeded', 0, 201, repeat('x', 400), 1, now(), now() FROM generate_series(1, 1000) n"
 pgbench_tps() { pgbench -n -h 127.0.0.1 -U postgres -c "$CONNECTIONS" -j 2 -M prepared -T "$SECONDS_PER_RUN" -f "$1" "$DB" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
-LIMIT_NEW=(); LIMIT_BATCHED=(); LIMIT_LOOKUP=()
+LIMIT_NAIVE=(); LIMIT_NEW=(); LIMIT_BATCHED=(); LIMIT_LOOKUP=()
 for _ in $(seq 1 "$RUNS"); do
+  LIMIT_NAIVE+=("$(pgbench_tps scripts/pgbench/new_payment_naive.sql)")
   LIMIT_NEW+=("$(pgbench_tps scripts/pgbench/new_payment.sql)")
   LIMIT_BATCHED+=("$(awk -v t="$(pgbench_tps scripts/pgbench/new_payment_batched.sql)" 'BEGIN { printf "%.0f", t * 16 }')")
   LIMIT_LOOKUP+=("$(pgbench_tps scripts/pgbench/replay_lookup.sql)")
@@ -106,6 +109,13 @@ for _ in $(seq 1 "$RUNS"); do
   line=$(loadgen --url "http://127.0.0.1:$PORT" --scenario new --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN"); echo "$line"; NEW+=("$line")
 done
 CLAIM_BATCH=$(mean_batch payment_claim); FINISH_BATCH=$(mean_batch payment_finish)
+# The same payments spread over 100 merchants (a key each, taken in turn): one merchant's
+# balance must not be a hot row that serialises its payments.
+KEYS_100=$(for i in $(seq 1 100); do DATABASE_URL="$PG/$DB" target/release/payments-api api-keys create --merchant "bench-$i" 2>/dev/null; done | paste -sd, -)
+SPREAD=()
+for _ in $(seq 1 "$RUNS"); do
+  line=$("${LOADGEN[@]}" --key "$KEYS_100" --url "http://127.0.0.1:$PORT" --scenario new --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN" | grep '^RESULT'); echo "$line"; SPREAD+=("$line")
+done
 for _ in $(seq 1 "$RUNS"); do
   line=$(loadgen --url "http://127.0.0.1:$PORT" --scenario replay --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN"); echo "$line"; REPLAY+=("$line")
 done
@@ -149,22 +159,27 @@ stop_services
 new_rps=$(for l in "${NEW[@]}"; do echo "$l" | field rps; done | median)
 replay_rps=$(for l in "${REPLAY[@]}"; do echo "$l" | field rps; done | median)
 limit_new=$(printf '%s\n' "${LIMIT_NEW[@]}" | median)
+limit_naive=$(printf '%s\n' "${LIMIT_NAIVE[@]}" | median)
+spread_rps=$(for l in "${SPREAD[@]}"; do echo "$l" | field rps; done | median)
 limit_batched=$(printf '%s\n' "${LIMIT_BATCHED[@]}" | median)
 limit_lookup=$(printf '%s\n' "${LIMIT_LOOKUP[@]}" | median)
 slow_rps=$(echo "$SLOW" | field rps); new_1m_rps=$(echo "$NEW_1M" | field rps)
 cat <<SUMMARY
 
 == summary ($(date -u +%F), $(nproc) cores, $(uname -m), $SCHEDULING)
+pgbench   : naive (claim insert + finishing update, two autocommit statements) $(printf '%s\n' "${LIMIT_NAIVE[@]}" | stats) tps
 pgbench   : two-transaction new payment $(printf '%s\n' "${LIMIT_NEW[@]}" | stats) tps
 pgbench   : batched (16 per batch) $(printf '%s\n' "${LIMIT_BATCHED[@]}" | stats) payments/s
 pgbench   : replay lookup $(printf '%s\n' "${LIMIT_LOOKUP[@]}" | stats) tps
 new       : $(for l in "${NEW[@]}"; do echo "$l" | field rps; done | stats) requests/s; last run: $(echo "${NEW[-1]}" | sed 's/^RESULT //')
             mean batch: $CLAIM_BATCH claims, $FINISH_BATCH finishes per statement
+new x100  : $(for l in "${SPREAD[@]}"; do echo "$l" | field rps; done | stats) requests/s over 100 merchants; last run: $(echo "${SPREAD[-1]}" | sed 's/^RESULT //')
 replay    : $(for l in "${REPLAY[@]}"; do echo "$l" | field rps; done | stats) requests/s; last run: $(echo "${REPLAY[-1]}" | sed 's/^RESULT //')
 storm     : $(echo "$STORM" | sed 's/^RESULT //' | tr '\n' ' ') provider charges: $STORM_CHARGES
 slow      : $(echo "$SLOW" | sed 's/^RESULT //')
 storm x3  : $(echo "$STORM3" | sed 's/^RESULT //' | tr '\n' ' ') provider charges: $STORM3_CHARGES, rows for storm keys: $STORM_ROWS (2 storms: target 2)
 new @1M   : $(echo "$NEW_1M" | sed 's/^RESULT //')
+ledger    : new (one merchant)/new over 100 merchants $(ratio "$new_rps" "$spread_rps") (target >= 0.9), new/naive limit $(ratio "$new_rps" "$limit_naive") (target >= 1.5)
 ratios    : new/two-transaction limit $(ratio "$new_rps" "$limit_new") (target >= 1.0), new/batched limit $(ratio "$new_rps" "$limit_batched"), replay/lookup limit $(ratio "$replay_rps" "$limit_lookup") (target >= 1.0)
             slow($SLOW_MS ms, $SLOW_CONNECTIONS conn)/new $(ratio "$slow_rps" "$new_rps") (target >= 0.8; $SLOW_CONNECTIONS connections at $SLOW_MS ms allow at most $SLOW_CEILING/s: $(ratio "$slow_rps" "$SLOW_CEILING") of that), new@1M/new $(ratio "$new_1m_rps" "$new_rps") (target >= 0.9)
 peak RSS  : ${PEAK_RSS} MiB, the highest of every instance over every scenario (target <= 64 MiB)

@@ -28,6 +28,11 @@ pub enum Kind {
     RefundFailure,
     Payout,
     PayoutFailure,
+    /// A dispute opened (posted by disputes, which are not served yet: the type is known to
+    /// the API already, so filters on it are valid).
+    Dispute,
+    /// A dispute won.
+    DisputeReversal,
 }
 
 impl Kind {
@@ -37,6 +42,8 @@ impl Kind {
         Kind::RefundFailure,
         Kind::Payout,
         Kind::PayoutFailure,
+        Kind::Dispute,
+        Kind::DisputeReversal,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -46,6 +53,8 @@ impl Kind {
             Kind::RefundFailure => "refund_failure",
             Kind::Payout => "payout",
             Kind::PayoutFailure => "payout_failure",
+            Kind::Dispute => "dispute",
+            Kind::DisputeReversal => "dispute_reversal",
         }
     }
 
@@ -57,7 +66,11 @@ impl Kind {
     /// provider for charges and refunds; money on its way to the bank for payouts.
     fn counter_account(self) -> &'static str {
         match self {
-            Kind::Charge | Kind::Refund | Kind::RefundFailure => PROVIDER_HELD,
+            Kind::Charge
+            | Kind::Refund
+            | Kind::RefundFailure
+            | Kind::Dispute
+            | Kind::DisputeReversal => PROVIDER_HELD,
             Kind::Payout | Kind::PayoutFailure => PAYOUTS_IN_TRANSIT,
         }
     }

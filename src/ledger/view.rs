@@ -22,6 +22,8 @@ pub enum TransactionType {
     RefundFailure,
     Payout,
     PayoutFailure,
+    Dispute,
+    DisputeReversal,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

@@ -155,6 +155,11 @@ async fn refunds_leave_the_balance_at_once_and_a_failed_one_comes_back() {
         .collect();
     assert_eq!(kinds, ["refund_failure 200", "refund -200"]);
     let refunds_only = transactions(&app, "?type=refund").await;
+    assert!(
+        transactions(&app, "?type=dispute_reversal")
+            .await
+            .is_empty()
+    );
     assert_eq!(refunds_only.len(), 2);
     assert!(
         refunds_only
