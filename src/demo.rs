@@ -139,9 +139,9 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Settings;
-    use crate::db::merchants::{find_by_api_key, hash_api_key};
-    use crate::startup::Application;
+    use crate::db::merchants::{ensure_bootstrap_key, find_by_api_key, hash_api_key};
+    use crate::db::migrate::run_migrations;
+    use crate::db::pool::{DatabaseTarget, build_pool};
 
     /// A fresh folder under the system's temporary directory, removed when dropped.
     struct Folder(PathBuf);
@@ -218,32 +218,23 @@ mod tests {
     }
 
     /// The kept key opens merchant `default` on the first start and after a restart on the
-    /// same database, as the bootstrap key of each start.
-    #[actix_web::test]
-    async fn the_kept_key_authenticates_merchant_default_across_restarts() {
+    /// same database, registered as each start registers its bootstrap key.
+    #[test]
+    fn the_kept_key_authenticates_merchant_default_across_restarts() {
         let folder = Folder::new();
         let url = format!("sqlite://{}/payments.db", folder.0.display());
         for start in 0..2 {
             let demo = api_key(&url).unwrap();
-            let mut settings = Settings::from_lookup(|_| None).unwrap();
-            settings.database_url = url.clone();
-            settings.bind_addr = "127.0.0.1:0".to_owned();
-            settings.bootstrap_api_key = Some(demo.key.clone());
-            settings.webhook_secrets = vec![crate::signing::WebhookSecret::generate()];
-            let app = Application::build(settings).await.unwrap();
-            let hash = hash_api_key(&demo.key);
-            let merchant = app
-                .state()
-                .db
-                .run(move |conn| find_by_api_key(conn, &hash))
-                .await
-                .unwrap();
+            let pool = build_pool(DatabaseTarget::parse(&url).unwrap(), 1, true).unwrap();
+            let mut conn = pool.get().unwrap();
+            run_migrations(&mut conn).unwrap();
+            ensure_bootstrap_key(&mut conn, &demo.key).unwrap();
+            let merchant = find_by_api_key(&mut conn, &hash_api_key(&demo.key)).unwrap();
             assert_eq!(
                 merchant.map(|m| m.name).as_deref(),
                 Some("default"),
                 "start {start}"
             );
-            drop(app);
         }
     }
 }

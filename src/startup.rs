@@ -90,14 +90,11 @@ impl Application {
                 .map_err(|e| StartupError::Database(e.to_string()))??
         };
         if let Some(key) = settings.bootstrap_api_key.clone() {
-            db.run(move |conn| {
-                let merchant = merchants::ensure_merchant(conn, "default").map_err(into_diesel)?;
-                merchants::ensure_api_key(conn, &merchant, &key).map_err(into_diesel)
-            })
-            .await
-            .map_err(|e| {
-                StartupError::Database(format!("cannot create the bootstrap API key: {e}"))
-            })?;
+            db.run(move |conn| merchants::ensure_bootstrap_key(conn, &key).map_err(into_diesel))
+                .await
+                .map_err(|e| {
+                    StartupError::Database(format!("cannot create the bootstrap API key: {e}"))
+                })?;
         }
 
         let listener = listen(&settings.bind_addr).map_err(|source| StartupError::Bind {

@@ -123,6 +123,13 @@ pub fn create_api_key(
     Ok(row)
 }
 
+/// The bootstrap key of a start (`BOOTSTRAP_API_KEY`, or the demo key): makes sure merchant
+/// `default` exists and that `key` authenticates it (idempotent, see [`ensure_api_key`]).
+pub fn ensure_bootstrap_key(conn: &mut DbConnection, key: &str) -> Result<(), DbError> {
+    let merchant = ensure_merchant(conn, "default")?;
+    ensure_api_key(conn, &merchant, key)
+}
+
 /// Makes `key` authenticate `merchant` (idempotent: an existing key is left as it is, so a
 /// revoked `BOOTSTRAP_API_KEY` stays revoked across restarts).
 pub fn ensure_api_key(
