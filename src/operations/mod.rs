@@ -35,4 +35,5 @@ mod settle;
 pub use execute::execute;
 pub use operation::{Called, Claimed, Lease, Operation, lease_duration};
 pub use recovery::{Recovery, recover};
-pub use settle::{Settle, Settled, settle};
+pub(crate) use settle::settled_row;
+pub use settle::{Settle, Settled, SettledRow, settle};

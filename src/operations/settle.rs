@@ -13,6 +13,34 @@ use crate::db::DbConnection;
 use crate::domain::{RequestRef, Timestamp, now};
 use crate::events::{self, EventType, NewEvent};
 
+/// The columns every settled row shares, written the same way for each kind (by
+/// [`settled_row!`]).
+pub trait SettledRow {
+    /// The row finished at `at`: its lease given up, `updated_at` set.
+    fn close(&mut self, at: Timestamp);
+    /// The final answer every retry replays.
+    fn store_answer(&mut self, status: i32, body: &str);
+}
+
+/// Implements [`SettledRow`] for a row with `lease_token`, `lease_expires_at`, `updated_at`,
+/// `response_status` and `response_body`.
+macro_rules! settled_row {
+    ($row:ty) => {
+        impl $crate::operations::SettledRow for $row {
+            fn close(&mut self, at: $crate::domain::Timestamp) {
+                self.lease_token = None;
+                self.lease_expires_at = None;
+                self.updated_at = at;
+            }
+            fn store_answer(&mut self, status: i32, body: &str) {
+                self.response_status = Some(status);
+                self.response_body = Some(body.to_owned());
+            }
+        }
+    };
+}
+pub(crate) use settled_row;
+
 /// What [`settle`] did.
 #[derive(Debug, Clone)]
 pub enum Settled<Row> {
@@ -26,7 +54,7 @@ pub enum Settled<Row> {
 
 /// A kind whose unfinished rows are settled by [`settle`].
 pub trait Settle {
-    type Row;
+    type Row: SettledRow;
     type Outcome;
 
     /// The guarded write that takes the row if it is still unfinished (true), in the
@@ -39,8 +67,7 @@ pub trait Settle {
 
     fn find(conn: &mut DbConnection, id: &str) -> diesel::QueryResult<Option<Self::Row>>;
 
-    /// Moves the row to the outcome's final status at `at` (its `updated_at`, its lease
-    /// given up), and the money that goes with it.
+    /// Moves the row to the outcome's final status, and the money that goes with it.
     fn settle(
         conn: &mut DbConnection,
         row: &mut Self::Row,
@@ -48,13 +75,9 @@ pub trait Settle {
         at: Timestamp,
     ) -> diesel::QueryResult<()>;
 
-    /// Stores the final row with `body` as the answer every retry replays (201); guarded by
-    /// the row still being unfinished (false: nothing written).
-    fn finish(
-        conn: &mut DbConnection,
-        row: &mut Self::Row,
-        body: &str,
-    ) -> diesel::QueryResult<bool>;
+    /// Writes the final row (its answer stored on it); guarded by the row still being
+    /// unfinished (false: nothing written).
+    fn finish(conn: &mut DbConnection, row: &Self::Row) -> diesel::QueryResult<bool>;
 
     /// The object as the API shows it.
     fn render(row: &Self::Row) -> serde_json::Result<String>;
@@ -82,9 +105,11 @@ pub fn settle<S: Settle>(
             return Ok(Settled::AlreadyFinal(row));
         }
         S::settle(conn, &mut row, outcome, at)?;
+        row.close(at);
         let body =
             S::render(&row).map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
-        if !S::finish(conn, &mut row, &body)? {
+        row.store_answer(201, &body);
+        if !S::finish(conn, &row)? {
             // Cannot happen while this transaction holds the unfinished row; never
             // half-apply.
             return Err(diesel::result::Error::RollbackTransaction);

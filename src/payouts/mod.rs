@@ -143,19 +143,10 @@ impl Settle for CreatePayout {
                 )?;
             }
         }
-        row.lease_token = None;
-        row.lease_expires_at = None;
-        row.updated_at = at;
         Ok(())
     }
 
-    fn finish(
-        conn: &mut DbConnection,
-        row: &mut PayoutRow,
-        body: &str,
-    ) -> diesel::QueryResult<bool> {
-        row.response_status = Some(201);
-        row.response_body = Some(body.to_owned());
+    fn finish(conn: &mut DbConnection, row: &PayoutRow) -> diesel::QueryResult<bool> {
         rows::finish(conn, row)
     }
 
@@ -170,6 +161,7 @@ impl Settle for CreatePayout {
 }
 
 idempotent_record!(PayoutRow);
+operations::settled_row!(PayoutRow);
 
 /// Paying out, as an [`Operation`]: the claim also takes the amount out of the available
 /// balance (or refuses it); the provider call sends it.

@@ -155,19 +155,10 @@ impl Settle for CreateRefund {
                 )?;
             }
         }
-        row.lease_token = None;
-        row.lease_expires_at = None;
-        row.updated_at = at;
         Ok(())
     }
 
-    fn finish(
-        conn: &mut DbConnection,
-        row: &mut RefundRow,
-        body: &str,
-    ) -> diesel::QueryResult<bool> {
-        row.response_status = Some(201);
-        row.response_body = Some(body.to_owned());
+    fn finish(conn: &mut DbConnection, row: &RefundRow) -> diesel::QueryResult<bool> {
         rows::finish(conn, row)
     }
 
@@ -182,6 +173,7 @@ impl Settle for CreateRefund {
 }
 
 idempotent_record!(RefundRow);
+operations::settled_row!(RefundRow);
 
 /// Refunding, as an [`Operation`]: the claim also reserves the amount on the payment; the
 /// provider call is the refund of the payment's charge.
