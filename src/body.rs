@@ -243,6 +243,43 @@ impl JsonObject {
         }
     }
 
+    pub fn optional_bool(&mut self, name: &str) -> Result<Option<bool>, ApiError> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(b)),
+            Some(_) => Err(ApiError::invalid(
+                name,
+                format!("`{name}` must be true or false"),
+            )),
+        }
+    }
+
+    /// A nested object with only the `allowed` fields (a fault in it names `name`); `None`
+    /// when absent or null.
+    pub fn optional_object(
+        &mut self,
+        name: &str,
+        allowed: &[&str],
+    ) -> Result<Option<JsonObject>, ApiError> {
+        let fields = match self.take(name) {
+            None => return Ok(None),
+            Some(Value::Object(fields)) => fields,
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    name,
+                    format!("`{name}` must be an object"),
+                ));
+            }
+        };
+        if let Some(unknown) = fields.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(ApiError::invalid(
+                name,
+                format!("`{name}.{unknown}` is not a field of this request"),
+            ));
+        }
+        Ok(Some(Self { fields }))
+    }
+
     pub fn required_string(&mut self, name: &str, max_chars: usize) -> Result<String, ApiError> {
         self.optional_string(name, max_chars)?
             .ok_or_else(|| ApiError::invalid(name, format!("`{name}` is required")))

@@ -46,6 +46,12 @@ pub enum ApiError {
     PaymentNotCancelable(String),
     #[error("{0}")]
     AmountExceedsCapturable(String),
+    /// A refund of a payment whose dispute is open.
+    #[error("{0}")]
+    PaymentDisputed(String),
+    /// Evidence or close for a dispute that is no longer `needs_response`.
+    #[error("{0}")]
+    DisputeNotEditable(String),
     #[error("the database is unavailable; retry later")]
     ServiceUnavailable,
     #[error("too many requests for this merchant (over RATE_LIMIT_PER_SECOND); retry later")]
@@ -113,6 +119,8 @@ impl ApiError {
             Self::PaymentNotCapturable(_) => "payment_not_capturable",
             Self::PaymentNotCancelable(_) => "payment_not_cancelable",
             Self::AmountExceedsCapturable(_) => "amount_exceeds_capturable",
+            Self::PaymentDisputed(_) => "payment_disputed",
+            Self::DisputeNotEditable(_) => "dispute_not_editable",
             Self::ServiceUnavailable => "service_unavailable",
             Self::RateLimited { .. } => "rate_limited",
             Self::Internal(_) => "internal_error",
@@ -138,6 +146,8 @@ impl ApiError {
             Self::PaymentNotCapturable(_) => "Payment not capturable",
             Self::PaymentNotCancelable(_) => "Payment not cancelable",
             Self::AmountExceedsCapturable(_) => "Amount exceeds capturable",
+            Self::PaymentDisputed(_) => "Payment disputed",
+            Self::DisputeNotEditable(_) => "Dispute not editable",
             Self::ServiceUnavailable => "Service unavailable",
             Self::RateLimited { .. } => "Rate limited",
             Self::Internal(_) => "Internal server error",
@@ -188,6 +198,8 @@ impl ResponseError for ApiError {
             | Self::PaymentNotRefundable(_)
             | Self::PaymentNotCapturable(_)
             | Self::PaymentNotCancelable(_)
+            | Self::PaymentDisputed(_)
+            | Self::DisputeNotEditable(_)
             | Self::WebhookIdConflict => StatusCode::CONFLICT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,

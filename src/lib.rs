@@ -7,6 +7,7 @@ pub mod config;
 pub mod db;
 pub mod deliveries;
 pub mod demo;
+pub mod disputes;
 pub mod domain;
 pub mod error;
 pub mod events;

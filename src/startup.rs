@@ -187,12 +187,14 @@ fn start_background_tasks(state: &AppState) {
         .resume::<CreateRefund>(RecoveryAction::RefundResumed)
         .resume::<CaptureOrCancel>(RecoveryAction::OperationResumed)
         .resume::<CreatePayout>(RecoveryAction::PayoutResumed)
+        .resume::<crate::disputes::DisputeStep>(RecoveryAction::OperationResumed)
         .then(|state| async move {
             expire_authorizations(&state).await.unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "expiring authorizations failed; will retry");
                 0
             })
         })
+        .then(|state| async move { inbound::apply_deferred_disputes(&state).await })
         .spawn(state);
     inbound::spawn_retention_task(state);
     crate::events::spawn_retention_task(state);

@@ -9,12 +9,12 @@ use diesel::prelude::*;
 
 use super::pool::DbConnection;
 use super::schema::{payment_operations, payments};
-use crate::domain::{CaptureStatus, PaymentStatus, Timestamp};
+use crate::domain::{PaymentStatus, StepStatus, Timestamp};
 
 super::lease::lease_protocol!(
     payment_operations,
     CaptureRow,
-    CaptureStatus::Pending.as_str(),
+    StepStatus::Pending.as_str(),
     provider_charge_id
 );
 
@@ -39,7 +39,7 @@ pub struct CaptureRow {
     pub cancellation_reason: Option<String>,
     pub provider_charge_id: Option<String>,
     #[diesel(deserialize_as = String, serialize_as = String)]
-    pub status: CaptureStatus,
+    pub status: StepStatus,
     pub response_status: Option<i32>,
     pub response_body: Option<String>,
     pub lease_token: Option<String>,
@@ -224,10 +224,10 @@ pub fn reject(
     diesel::update(
         payment_operations::table
             .filter(payment_operations::id.eq(id))
-            .filter(payment_operations::status.eq(CaptureStatus::Pending.as_str())),
+            .filter(payment_operations::status.eq(StepStatus::Pending.as_str())),
     )
     .set((
-        payment_operations::status.eq(CaptureStatus::Rejected.as_str()),
+        payment_operations::status.eq(StepStatus::Rejected.as_str()),
         payment_operations::response_status.eq(response_status),
         payment_operations::response_body.eq(response_body),
         payment_operations::lease_token.eq(None::<String>),
@@ -257,7 +257,7 @@ pub fn finish(conn: &mut DbConnection, row: &CaptureRow) -> QueryResult<bool> {
     diesel::update(
         payment_operations::table
             .filter(payment_operations::id.eq(&row.id))
-            .filter(payment_operations::status.eq(CaptureStatus::Pending.as_str())),
+            .filter(payment_operations::status.eq(StepStatus::Pending.as_str())),
     )
     .set((
         payment_operations::status.eq(row.status.as_str()),

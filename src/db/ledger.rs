@@ -256,6 +256,16 @@ const RULES: &[&str] = &[
                 WHEN 'pending' THEN -o.amount WHEN 'paid' THEN -o.amount ELSE 0 END \
          OR COUNT(t.id) <> CASE o.status \
                 WHEN 'pending' THEN 1 WHEN 'paid' THEN 1 WHEN 'failed' THEN 2 ELSE 0 END",
+    // A dispute's transactions: − its amount (with the fee) from its opening, and + its
+    // amount back once won.
+    "SELECT 'dispute_transactions' AS rule, d.id AS subject, \
+            d.status || ', amount ' || CAST(d.amount AS TEXT) || ', transactions sum to ' \
+            || CAST(COALESCE(SUM(t.amount), 0) AS TEXT) || ' over ' \
+            || CAST(COUNT(t.id) AS TEXT) AS detail \
+     FROM disputes d LEFT JOIN balance_transactions t ON t.source_id = d.id \
+     GROUP BY d.id, d.status, d.amount \
+     HAVING COALESCE(SUM(t.amount), 0) <> CASE d.status WHEN 'won' THEN 0 ELSE -d.amount END \
+         OR COUNT(t.id) <> CASE d.status WHEN 'won' THEN 2 ELSE 1 END",
     // Every transaction names an object that exists, of the merchant.
     "SELECT 'source_exists' AS rule, t.id AS subject, \
             t.txn_type || ' names ' || t.source_id AS detail \
@@ -265,7 +275,9 @@ const RULES: &[&str] = &[
        AND NOT EXISTS (SELECT 1 FROM refunds r \
                        WHERE r.id = t.source_id AND r.merchant_id = t.merchant_id) \
        AND NOT EXISTS (SELECT 1 FROM payouts o \
-                       WHERE o.id = t.source_id AND o.merchant_id = t.merchant_id)",
+                       WHERE o.id = t.source_id AND o.merchant_id = t.merchant_id) \
+       AND NOT EXISTS (SELECT 1 FROM disputes d \
+                       WHERE d.id = t.source_id AND d.merchant_id = t.merchant_id)",
 ];
 
 /// Every violation of the ledger's rules in the whole database.

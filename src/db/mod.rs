@@ -5,6 +5,8 @@
 
 pub mod captures;
 pub mod deliveries;
+pub mod dispute_steps;
+pub mod disputes;
 pub mod error;
 pub mod events;
 pub mod group_commit;

@@ -56,13 +56,15 @@ pub struct RefundablePayment {
     pub amount_captured: i64,
     pub currency: String,
     pub provider_charge_id: Option<String>,
+    pub amount_disputed: i64,
+    pub disputes_open: i32,
 }
 
 impl RefundablePayment {
     /// What is left to refund: what was captured minus what refunds that have not failed
-    /// hold.
+    /// hold and what open or lost disputes took back.
     pub fn refundable(&self) -> i64 {
-        self.amount_captured - self.amount_reserved
+        (self.amount_captured - self.amount_reserved - self.amount_disputed).max(0)
     }
 }
 
@@ -89,15 +91,19 @@ pub fn insert(conn: &mut DbConnection, row: &RefundRow) -> QueryResult<()> {
 }
 
 /// Holds `amount` of the payment for a refund. The guard is the invariant itself: it
-/// matches only while the payment has succeeded and at least `amount` of what it captured
-/// is left, so of any number of concurrent reservations only those that fit succeed.
-/// Returns whether it did.
+/// matches only while the payment has succeeded, no dispute of it is open, and at least
+/// `amount` of what it captured is left (less what disputes took back), so of any number
+/// of concurrent reservations only those that fit succeed. Returns whether it did.
 pub fn reserve(conn: &mut DbConnection, payment_id: &str, amount: i64) -> QueryResult<bool> {
     diesel::update(
         payments::table
             .filter(payments::id.eq(payment_id))
             .filter(payments::status.eq(PaymentStatus::Succeeded.as_str()))
-            .filter((payments::amount_captured - payments::amount_reserved).ge(amount)),
+            .filter(payments::disputes_open.eq(0))
+            .filter(
+                (payments::amount_captured - payments::amount_reserved - payments::amount_disputed)
+                    .ge(amount),
+            ),
     )
     .set(payments::amount_reserved.eq(payments::amount_reserved + amount))
     .execute(conn)

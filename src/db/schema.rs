@@ -52,6 +52,8 @@ diesel::table! {
         cancellation_reason -> Nullable<Text>,
         authorized_at -> Nullable<Timestamp>,
         operation_id -> Nullable<Text>,
+        amount_disputed -> BigInt,
+        disputes_open -> Integer,
     }
 }
 
@@ -242,3 +244,58 @@ diesel::table! {
 diesel::joinable!(webhook_deliveries -> webhook_endpoints (endpoint_id));
 diesel::joinable!(webhook_deliveries -> events (event_id));
 diesel::allow_tables_to_appear_in_same_query!(events, webhook_endpoints, webhook_deliveries);
+
+diesel::table! {
+    disputes (id) {
+        id -> Text,
+        merchant_id -> Text,
+        payment_id -> Text,
+        provider_dispute_id -> Text,
+        amount -> BigInt,
+        currency -> Text,
+        reason -> Text,
+        status -> Text,
+        evidence_text -> Nullable<Text>,
+        evidence_submitted_at -> Nullable<Timestamp>,
+        evidence_due_by -> Timestamp,
+        step_id -> Nullable<Text>,
+        created_at -> Timestamp,
+        updated_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    dispute_steps (id) {
+        id -> Text,
+        merchant_id -> Text,
+        dispute_id -> Text,
+        kind -> Text,
+        idempotency_key -> Text,
+        request_fingerprint -> Text,
+        evidence_text -> Nullable<Text>,
+        provider_dispute_id -> Nullable<Text>,
+        status -> Text,
+        response_status -> Nullable<Integer>,
+        response_body -> Nullable<Text>,
+        lease_token -> Nullable<Text>,
+        lease_expires_at -> Nullable<Timestamp>,
+        provider_attempts -> Integer,
+        created_at -> Timestamp,
+        updated_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    deferred_disputes (webhook_id) {
+        webhook_id -> Text,
+        provider_dispute_id -> Text,
+        payment_id -> Text,
+        event_type -> Text,
+        data -> Text,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::joinable!(disputes -> payments (payment_id));
+diesel::joinable!(dispute_steps -> disputes (dispute_id));
+diesel::allow_tables_to_appear_in_same_query!(disputes, payments, dispute_steps, deferred_disputes);

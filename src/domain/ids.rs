@@ -26,6 +26,14 @@ impl ObjectId for PayoutId {
     }
 }
 
+impl ObjectId for DisputeId {
+    const OBJECT: &'static str = "dispute";
+
+    fn parse_id(raw: &str) -> Option<Self> {
+        Self::parse(raw)
+    }
+}
+
 /// Defines an id type: `PREFIX` + a UUIDv7 in simple form (32 lower-case hex digits),
 /// opaque to clients, time-ordered for us, so that "newest first" is "largest id first" and
 /// a cursor is just an id. The one way ids of this API are made and recognised.
@@ -106,6 +114,16 @@ prefixed_id!(
     /// An API key's id (not the key): `key_…`. Keys given an id by the migration have a
     /// random one of the same shape.
     ApiKeyId = "key_"
+);
+
+prefixed_id!(
+    /// A dispute: `dp_…`.
+    DisputeId = "dp_"
+);
+prefixed_id!(
+    /// A step taken on a dispute (evidence saved or submitted, the dispute closed):
+    /// `dps_…`, the provider's idempotency key for it.
+    DisputeStepId = "dps_"
 );
 
 /// The id of a capture (`cap_…`) or a cancel (`cnl_…`) of a payment: the provider's

@@ -18,12 +18,12 @@ pub use digest::sha256_hex;
 pub use fees::LedgerPolicy;
 pub use idempotency_key::IdempotencyKey;
 pub use ids::{
-    ApiKeyId, DeliveryId, EndpointId, EventId, MerchantId, ObjectId, OperationId, PaymentId,
-    PayoutId, RefundId, TransactionId, new_api_key, new_lease_token,
+    ApiKeyId, DeliveryId, DisputeId, DisputeStepId, EndpointId, EventId, MerchantId, ObjectId,
+    OperationId, PaymentId, PayoutId, RefundId, TransactionId, new_api_key, new_lease_token,
 };
 pub use status::{
-    CaptureStatus, DeliveryStatus, EndpointStatus, IllegalMove, PaymentStatus, PayoutStatus,
-    RefundStatus,
+    DeliveryStatus, DisputeStatus, EndpointStatus, IllegalMove, PaymentStatus, PayoutStatus,
+    RefundStatus, StepStatus,
 };
 pub use text::{check_text, sanitized};
 pub use time::{Timestamp, format_timestamp, now};

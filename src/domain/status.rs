@@ -165,26 +165,58 @@ impl PayoutStatus {
 }
 
 status!(
-    /// The status of a capture or cancel of an authorized payment.
-    CaptureStatus {
-        /// It holds the authorization; the provider's answer is not known yet.
+    /// The status of a step taken on an existing object: a capture or cancel of an
+    /// authorized payment, the evidence or close of a dispute.
+    StepStatus {
+        /// It holds its object (the authorization, the dispute); the provider's answer is
+        /// not known yet.
         Pending = "pending",
-        /// The provider captured or canceled: the payment moved.
+        /// Done: the provider captured, canceled, took the evidence or closed, and the
+        /// object moved (or the step only wrote the database).
         Succeeded = "succeeded",
-        /// The provider refused (a final 4xx): nothing moved, the authorization was let go
-        /// (or, for the expiry's cancel, canceled here all the same).
+        /// The provider refused (a final 4xx): nothing moved, the object was let go (or,
+        /// for the expiry's cancel, canceled here all the same).
         Failed = "failed",
         /// Refused before the provider was asked (409/422), with that answer stored.
         Rejected = "rejected",
     }
 );
 
-impl CaptureStatus {
-    /// The legal moves of a capture or cancel: `pending` → `succeeded` | `failed`. A
+impl StepStatus {
+    /// The legal moves of a step: `pending` → `succeeded` | `failed`. A
     /// refusal is `rejected` from its claim and never moves.
     pub fn can_become(self, next: Self) -> bool {
-        use CaptureStatus::*;
+        use StepStatus::*;
         matches!((self, next), (Pending, Succeeded | Failed))
+    }
+}
+
+status!(
+    /// A dispute's status.
+    DisputeStatus {
+        /// Opened by the provider; the merchant may send evidence or accept the loss.
+        NeedsResponse = "needs_response",
+        /// Evidence submitted; the card network decides.
+        UnderReview = "under_review",
+        Won = "won",
+        Lost = "lost",
+    }
+);
+
+impl DisputeStatus {
+    /// The legal moves of a dispute, forward only: `needs_response` → `under_review` |
+    /// `won` | `lost`, and `under_review` → `won` | `lost`. `won` and `lost` are final.
+    pub fn can_become(self, next: Self) -> bool {
+        use DisputeStatus::*;
+        matches!(
+            (self, next),
+            (NeedsResponse, UnderReview | Won | Lost) | (UnderReview, Won | Lost)
+        )
+    }
+
+    /// Open: refunds of its payment wait for it to close.
+    pub fn is_open(self) -> bool {
+        matches!(self, Self::NeedsResponse | Self::UnderReview)
     }
 }
 
@@ -238,8 +270,11 @@ mod tests {
         for status in RefundStatus::ALL {
             assert_eq!(RefundStatus::try_from(String::from(*status)), Ok(*status));
         }
-        for status in CaptureStatus::ALL {
-            assert_eq!(CaptureStatus::try_from(String::from(*status)), Ok(*status));
+        for status in StepStatus::ALL {
+            assert_eq!(StepStatus::try_from(String::from(*status)), Ok(*status));
+        }
+        for status in DisputeStatus::ALL {
+            assert_eq!(DisputeStatus::try_from(String::from(*status)), Ok(*status));
         }
         for status in DeliveryStatus::ALL {
             assert_eq!(DeliveryStatus::try_from(String::from(*status)), Ok(*status));
@@ -271,13 +306,21 @@ mod tests {
         );
         assert!(!RefundStatus::Succeeded.can_become(RefundStatus::Failed));
         assert!(!RefundStatus::Rejected.can_become(RefundStatus::Succeeded));
-        assert!(!CaptureStatus::Failed.can_become(CaptureStatus::Succeeded));
+        assert!(!StepStatus::Failed.can_become(StepStatus::Succeeded));
         for from in [DeliveryStatus::Succeeded, DeliveryStatus::Failed] {
             for to in DeliveryStatus::ALL {
                 assert!(!from.can_become(*to), "{from} → {to}");
             }
         }
         assert!(DeliveryStatus::Pending.can_become(DeliveryStatus::Pending));
+        use DisputeStatus::{Lost, NeedsResponse, UnderReview, Won};
+        for from in [Won, Lost] {
+            for to in DisputeStatus::ALL {
+                assert!(!from.can_become(*to), "{from} → {to}");
+            }
+        }
+        assert!(!UnderReview.can_become(NeedsResponse));
+        assert!(NeedsResponse.can_become(Lost) && UnderReview.can_become(Won));
         assert!(!EndpointStatus::Enabled.can_become(EndpointStatus::Enabled));
         assert!(EndpointStatus::Disabled.can_become(EndpointStatus::Enabled));
     }

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::domain::{PaymentStatus, PayoutStatus, RefundStatus};
+use crate::domain::{DisputeStatus, PaymentStatus, PayoutStatus, RefundStatus};
 
 /// Every kind of event. `payment.requires_capture` and `payment.canceled` come from
 /// manual capture through the same [`record`](super::record).
@@ -29,6 +29,12 @@ pub enum EventType {
     PayoutPaid,
     #[serde(rename = "payout.failed")]
     PayoutFailed,
+    #[serde(rename = "dispute.created")]
+    DisputeCreated,
+    #[serde(rename = "dispute.updated")]
+    DisputeUpdated,
+    #[serde(rename = "dispute.closed")]
+    DisputeClosed,
 }
 
 /// The `type` of the test delivery (`POST /v1/webhook_endpoints/{id}/test`): sent, never
@@ -36,7 +42,7 @@ pub enum EventType {
 pub const TEST_EVENT_TYPE: &str = "webhook_endpoint.test";
 
 impl EventType {
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 11] = [
         Self::PaymentSucceeded,
         Self::PaymentFailed,
         Self::PaymentRequiresCapture,
@@ -45,6 +51,9 @@ impl EventType {
         Self::RefundFailed,
         Self::PayoutPaid,
         Self::PayoutFailed,
+        Self::DisputeCreated,
+        Self::DisputeUpdated,
+        Self::DisputeClosed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -57,6 +66,9 @@ impl EventType {
             Self::RefundFailed => "refund.failed",
             Self::PayoutPaid => "payout.paid",
             Self::PayoutFailed => "payout.failed",
+            Self::DisputeCreated => "dispute.created",
+            Self::DisputeUpdated => "dispute.updated",
+            Self::DisputeClosed => "dispute.closed",
         }
     }
 
@@ -90,6 +102,15 @@ impl EventType {
             PayoutStatus::Paid => Some(Self::PayoutPaid),
             PayoutStatus::Failed => Some(Self::PayoutFailed),
             PayoutStatus::Pending | PayoutStatus::Rejected => None,
+        }
+    }
+
+    /// The event of a dispute that has just moved to `status` (its opening is
+    /// `dispute.created`, recorded by whoever opens it).
+    pub fn of_dispute_status(status: DisputeStatus) -> Self {
+        match status {
+            DisputeStatus::NeedsResponse | DisputeStatus::UnderReview => Self::DisputeUpdated,
+            DisputeStatus::Won | DisputeStatus::Lost => Self::DisputeClosed,
         }
     }
 }

@@ -12,7 +12,13 @@ use crate::payouts::{self, PayoutApplied, PayoutOutcome};
 use crate::provider::{Charge, ProviderStatus};
 use crate::refunds::{self, OutcomeApplied, RefundOutcome};
 
-use super::event::{ChargeData, Effect, PayoutData, RefundData};
+use super::event::{
+    ChargeData, DISPUTE_CLOSED, DISPUTE_CREATED, DISPUTE_UPDATED, DisputeCreatedData,
+    DisputeMoveData, Effect, PayoutData, RefundData,
+};
+use crate::db::disputes::{self as dispute_rows, DeferredRow};
+use crate::disputes::{self, Advanced, Opened, Opening};
+use crate::domain::DisputeStatus;
 
 /// What applying an effect did, for the log.
 #[derive(Debug)]
@@ -64,12 +70,43 @@ pub(super) enum Applied {
         payout_id: String,
         current: PayoutStatus,
     },
+    DisputeOpened {
+        dispute_id: String,
+        payment_id: String,
+    },
+    DisputeAlreadyOpen {
+        dispute_id: String,
+    },
+    /// Kept until its payment is final (the provider's webhooks can come out of order).
+    DisputeDeferred {
+        payment_id: String,
+    },
+    /// The payment ended without a capture: no dispute can open on it.
+    DisputeNotCaptured {
+        payment_id: String,
+    },
+    DisputeMismatch {
+        payment_id: String,
+        field: &'static str,
+    },
+    DisputeMoved {
+        dispute_id: String,
+        status: DisputeStatus,
+    },
+    /// The move would go backwards or sideways (or repeats the status): nothing changed.
+    DisputeNotForward {
+        dispute_id: String,
+        current: DisputeStatus,
+        event_status: DisputeStatus,
+    },
     Ignored(&'static str),
 }
 
-/// Runs inside the transaction that recorded the event: an error rolls back both.
+/// Runs inside the transaction that recorded the event `webhook_id`: an error rolls back
+/// both.
 pub(super) fn apply(
     conn: &mut DbConnection,
+    webhook_id: &str,
     effect: Effect,
     at: Timestamp,
     policy: &LedgerPolicy,
@@ -78,8 +115,134 @@ pub(super) fn apply(
         Effect::FinishPayment { status, data } => finish_payment(conn, status, data, at, policy),
         Effect::FinishRefund { succeeded, data } => finish_refund(conn, succeeded, data),
         Effect::FinishPayout { paid, data } => finish_payout(conn, paid, data),
+        Effect::OpenDispute(data) => open_dispute(conn, webhook_id, data, at, policy),
+        Effect::MoveDispute { closing, data } => move_dispute(conn, webhook_id, closing, data, at),
         Effect::Ignore(why) => Ok(Applied::Ignored(why)),
     }
+}
+
+/// Opens the dispute once; an opening for a payment that is not final yet is kept for the
+/// recovery pass to apply once it is.
+fn open_dispute(
+    conn: &mut DbConnection,
+    webhook_id: &str,
+    data: DisputeCreatedData,
+    at: Timestamp,
+    policy: &LedgerPolicy,
+) -> diesel::QueryResult<Applied> {
+    let opening = Opening {
+        provider_dispute_id: data.dispute_id.clone(),
+        charge_id: data.charge_id.clone(),
+        reference: data.reference.clone(),
+        amount: data.amount,
+        currency: data.currency.clone(),
+        reason: data.reason.clone(),
+        evidence_due_by: data
+            .evidence_due_by
+            .as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.naive_utc()),
+    };
+    Ok(match disputes::open(conn, &opening, at, policy)? {
+        Opened::Opened(row) => Applied::DisputeOpened {
+            dispute_id: row.id,
+            payment_id: row.payment_id,
+        },
+        Opened::Known(row) => Applied::DisputeAlreadyOpen { dispute_id: row.id },
+        Opened::PaymentNotFinal(payment_id) => {
+            let body = serde_json::to_string(&data)
+                .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+            defer(
+                conn,
+                webhook_id,
+                &data.dispute_id,
+                &payment_id,
+                DISPUTE_CREATED,
+                body,
+                at,
+            )?;
+            Applied::DisputeDeferred { payment_id }
+        }
+        Opened::NotCaptured { payment_id } => Applied::DisputeNotCaptured { payment_id },
+        Opened::Mismatch { payment_id, field } => Applied::DisputeMismatch { payment_id, field },
+        Opened::UnknownPayment => Applied::UnknownReference,
+    })
+}
+
+/// Moves the dispute forward; a move of a dispute whose opening is kept waits with it.
+fn move_dispute(
+    conn: &mut DbConnection,
+    webhook_id: &str,
+    closing: bool,
+    data: DisputeMoveData,
+    at: Timestamp,
+) -> diesel::QueryResult<Applied> {
+    let to = match (closing, data.status.as_str()) {
+        (false, "under_review") => DisputeStatus::UnderReview,
+        (true, "won") => DisputeStatus::Won,
+        (true, "lost") => DisputeStatus::Lost,
+        _ => {
+            return Ok(Applied::Ignored(
+                "dispute event with a status it cannot carry",
+            ));
+        }
+    };
+    let Some(dispute) = dispute_rows::find_by_provider_id(conn, &data.dispute_id)? else {
+        if let Some(payment_id) = dispute_rows::deferred_payment_of(conn, &data.dispute_id)? {
+            let kind = if closing {
+                DISPUTE_CLOSED
+            } else {
+                DISPUTE_UPDATED
+            };
+            let body = serde_json::to_string(&data)
+                .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+            defer(
+                conn,
+                webhook_id,
+                &data.dispute_id,
+                &payment_id,
+                kind,
+                body,
+                at,
+            )?;
+            return Ok(Applied::DisputeDeferred { payment_id });
+        }
+        return Ok(Applied::UnknownReference);
+    };
+    Ok(match disputes::advance(conn, dispute, to, at, None)? {
+        Advanced::Moved(row) => Applied::DisputeMoved {
+            dispute_id: row.id,
+            status: row.status,
+        },
+        Advanced::NotForward(row) => Applied::DisputeNotForward {
+            dispute_id: row.id,
+            current: row.status,
+            event_status: to,
+        },
+    })
+}
+
+#[allow(clippy::too_many_arguments)] // the kept event's columns, named
+fn defer(
+    conn: &mut DbConnection,
+    webhook_id: &str,
+    provider_dispute_id: &str,
+    payment_id: &str,
+    event_type: &str,
+    data: String,
+    at: Timestamp,
+) -> diesel::QueryResult<()> {
+    dispute_rows::defer(
+        conn,
+        &DeferredRow {
+            webhook_id: webhook_id.to_owned(),
+            provider_dispute_id: provider_dispute_id.to_owned(),
+            payment_id: payment_id.to_owned(),
+            event_type: event_type.to_owned(),
+            data,
+            created_at: at,
+        },
+    )
 }
 
 /// Finishes the `pending` refund named by `data.reference` through the one function every
@@ -337,6 +500,34 @@ pub(super) fn log_applied(id: &str, event_type: &str, applied: &Applied) {
         }
         Applied::PayoutAlreadyFinal { payout_id, current } => {
             tracing::info!(webhook_id = %id, %event_type, %payout_id, %current, "payout already final; nothing changed");
+        }
+        Applied::DisputeOpened {
+            dispute_id,
+            payment_id,
+        } => {
+            tracing::info!(webhook_id = %id, %event_type, %dispute_id, %payment_id, "dispute opened by webhook");
+        }
+        Applied::DisputeAlreadyOpen { dispute_id } => {
+            tracing::info!(webhook_id = %id, %event_type, %dispute_id, "dispute already open; nothing changed");
+        }
+        Applied::DisputeDeferred { payment_id } => {
+            tracing::info!(webhook_id = %id, %event_type, %payment_id, "dispute event kept until its payment is final");
+        }
+        Applied::DisputeNotCaptured { payment_id } => {
+            tracing::warn!(webhook_id = %id, %event_type, %payment_id, "dispute for a payment that ended without a capture; recorded only");
+        }
+        Applied::DisputeMismatch { payment_id, field } => {
+            tracing::warn!(webhook_id = %id, %event_type, %payment_id, field, "dispute does not match its payment; recorded only");
+        }
+        Applied::DisputeMoved { dispute_id, status } => {
+            tracing::info!(webhook_id = %id, %event_type, %dispute_id, %status, "dispute moved by webhook");
+        }
+        Applied::DisputeNotForward {
+            dispute_id,
+            current,
+            event_status,
+        } => {
+            tracing::warn!(webhook_id = %id, %event_type, %dispute_id, %current, %event_status, "webhook would not move the dispute forward; nothing changed");
         }
         Applied::Ignored(why) => {
             tracing::info!(webhook_id = %id, %event_type, reason = why, "webhook recorded only");

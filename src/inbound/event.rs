@@ -1,6 +1,6 @@
 //! What a provider event asks for, read from its body before the database is touched.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::provider::ProviderStatus;
 
@@ -48,6 +48,28 @@ pub(super) struct PayoutData {
     pub(super) failure_code: Option<String>,
 }
 
+/// `data` of `charge.dispute.created`. Kept as it came (serialised again) while its payment
+/// is not final.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub(super) struct DisputeCreatedData {
+    pub(super) dispute_id: String,
+    pub(super) charge_id: Option<String>,
+    /// Our payment id.
+    pub(super) reference: String,
+    pub(super) amount: i64,
+    pub(super) currency: String,
+    pub(super) reason: Option<String>,
+    /// RFC 3339.
+    pub(super) evidence_due_by: Option<String>,
+}
+
+/// `data` of `charge.dispute.updated` / `charge.dispute.closed`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub(super) struct DisputeMoveData {
+    pub(super) dispute_id: String,
+    pub(super) status: String,
+}
+
 /// What an event asks for, decided before the database is touched.
 #[derive(Debug)]
 pub(super) enum Effect {
@@ -63,9 +85,19 @@ pub(super) enum Effect {
         paid: bool,
         data: PayoutData,
     },
+    OpenDispute(DisputeCreatedData),
+    /// `closing`: `charge.dispute.closed` (else `.updated`).
+    MoveDispute {
+        closing: bool,
+        data: DisputeMoveData,
+    },
     /// Recorded and answered 200, nothing else: retrying would not make it applicable.
     Ignore(&'static str),
 }
+
+pub(super) const DISPUTE_CREATED: &str = "charge.dispute.created";
+pub(super) const DISPUTE_UPDATED: &str = "charge.dispute.updated";
+pub(super) const DISPUTE_CLOSED: &str = "charge.dispute.closed";
 
 pub(super) fn effect_of(envelope: Envelope) -> Effect {
     let status = match envelope.kind.as_str() {
@@ -88,6 +120,21 @@ pub(super) fn effect_of(envelope: Envelope) -> Effect {
                     data,
                 },
                 Err(_) => Effect::Ignore("payout event data is malformed"),
+            };
+        }
+        DISPUTE_CREATED => {
+            return match serde_json::from_value::<DisputeCreatedData>(envelope.data) {
+                Ok(data) => Effect::OpenDispute(data),
+                Err(_) => Effect::Ignore("dispute event data is malformed"),
+            };
+        }
+        kind @ (DISPUTE_UPDATED | DISPUTE_CLOSED) => {
+            return match serde_json::from_value::<DisputeMoveData>(envelope.data) {
+                Ok(data) => Effect::MoveDispute {
+                    closing: kind == DISPUTE_CLOSED,
+                    data,
+                },
+                Err(_) => Effect::Ignore("dispute event data is malformed"),
             };
         }
         _ => return Effect::Ignore("unknown event type"),

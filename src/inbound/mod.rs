@@ -14,11 +14,13 @@
 //! `webhook_events` table (`db::webhook_events`).
 
 mod apply;
+mod deferred;
 mod event;
 mod receive;
 mod retention;
 
 pub use crate::signing::{SignedHeaders, WebhookSecret, sign};
+pub use deferred::apply_deferred_disputes;
 pub use receive::{Receipt, receive_provider_event};
 pub use retention::{
     PRUNE_BATCH, PRUNE_INTERVAL, RETENTION, prune_expired_events, spawn_retention_task,

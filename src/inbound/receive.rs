@@ -63,12 +63,13 @@ async fn receive(
     let effect = effect_of(envelope);
 
     let stored = event.clone();
+    let webhook_id = id.clone();
     let policy = state.settings.ledger;
     let recorded = state
         .db
         .run(move |conn| {
             events::record_and_apply(conn, &stored, |conn| {
-                apply(conn, effect, stored.received_at, &policy)
+                apply(conn, &webhook_id, effect, stored.received_at, &policy)
             })
         })
         .await

@@ -13,11 +13,17 @@ pub mod view;
 
 use crate::db::DbConnection;
 use crate::db::ledger::{self as rows, EntryRow, TransactionRow};
-use crate::domain::{LedgerPolicy, PaymentId, PayoutId, RefundId, Timestamp, TransactionId};
+use crate::domain::{
+    DisputeId, LedgerPolicy, PaymentId, PayoutId, RefundId, Timestamp, TransactionId,
+};
 
-/// Whether `raw` names an object that moves money: a payment, a refund or a payout.
+/// Whether `raw` names an object that moves money: a payment, a refund, a payout or a
+/// dispute.
 pub fn is_source_id(raw: &str) -> bool {
-    PaymentId::is_valid(raw) || RefundId::is_valid(raw) || PayoutId::is_valid(raw)
+    PaymentId::is_valid(raw)
+        || RefundId::is_valid(raw)
+        || PayoutId::is_valid(raw)
+        || DisputeId::is_valid(raw)
 }
 
 /// The kinds of movement, as the API names them (`type`).
@@ -89,7 +95,7 @@ pub const PAYOUTS_IN_TRANSIT: &str = "payouts_in_transit";
 pub struct Posting {
     pub merchant_id: String,
     pub kind: Kind,
-    /// The object that moved the money: `pay_…`, `re_…`.
+    /// The object that moved the money: `pay_…`, `re_…`, `po_…`, `dp_…`.
     pub source_id: String,
     /// Signed: money in is positive.
     pub amount: i64,
@@ -174,6 +180,47 @@ impl Posting {
             Kind::PayoutFailure,
             merchant_id,
             payout_id,
+            amount,
+            currency,
+            at,
+        )
+    }
+
+    /// A dispute opened: the disputed amount leaves the balance at once, and the policy's
+    /// dispute fee with it (owed whatever the amount, and kept if the dispute is won).
+    pub fn dispute(
+        policy: &LedgerPolicy,
+        merchant_id: &str,
+        dispute_id: &str,
+        amount: i64,
+        currency: &str,
+        at: Timestamp,
+    ) -> Self {
+        Self {
+            fee: policy.dispute_fee,
+            ..Self::available_now(
+                Kind::Dispute,
+                merchant_id,
+                dispute_id,
+                -amount,
+                currency,
+                at,
+            )
+        }
+    }
+
+    /// A dispute won: the disputed amount comes back (the dispute fee is kept).
+    pub fn dispute_reversal(
+        merchant_id: &str,
+        dispute_id: &str,
+        amount: i64,
+        currency: &str,
+        at: Timestamp,
+    ) -> Self {
+        Self::available_now(
+            Kind::DisputeReversal,
+            merchant_id,
+            dispute_id,
             amount,
             currency,
             at,

@@ -292,6 +292,7 @@ pub fn create_payment<'a>(
         cancellation_reason: None,
         authorized_at: None,
         operation_id: None,
+        amount_disputed: 0,
     };
     let origin = request_id.map(|id| RequestRef {
         id,

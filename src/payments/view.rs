@@ -31,6 +31,8 @@ pub struct PaymentObject<'a> {
     /// captured amount of a manual one, else 0.
     amount_captured: i64,
     amount_refunded: i64,
+    /// The amount of its open and lost disputes.
+    amount_disputed: i64,
     #[schema(example = "pm_card_visa")]
     payment_method: &'a str,
     customer_id: Option<&'a str>,
@@ -65,6 +67,7 @@ impl<'a> PaymentObject<'a> {
             amount_capturable: row.amount_capturable,
             amount_captured: row.amount_captured,
             amount_refunded: row.amount_refunded,
+            amount_disputed: row.amount_disputed,
             payment_method: &row.payment_method,
             customer_id: row.customer_id.as_deref(),
             description: row.description.as_deref(),

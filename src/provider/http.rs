@@ -13,9 +13,11 @@ use serde::de::DeserializeOwned;
 use crate::tls::ClientTls;
 
 use super::protocol::{
-    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, OutcomeUnknown, PaymentProvider,
-    PayoutRequest, ProviderError, ProviderPayout, ProviderRefund, RefundRequest,
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, DisputeStepRequest, OutcomeUnknown,
+    PaymentProvider, PayoutRequest, ProviderDispute, ProviderError, ProviderPayout, ProviderRefund,
+    RefundRequest, SettlementPage, SettlementQuery,
 };
+use crate::domain::format_timestamp;
 
 pub struct HttpProvider {
     base_url: String,
@@ -59,6 +61,9 @@ fn client(tls: &ClientTls) -> awc::Client {
     })
 }
 
+/// Sends one attempt of a request to a URL.
+type Send<'a> = dyn Fn(&awc::Client, &str) -> awc::SendClientRequest + 'a;
+
 enum Attempt<T> {
     Done(T),
     /// Worth another attempt: the request may not have arrived, or the provider failed.
@@ -80,19 +85,11 @@ impl HttpProvider {
         }
     }
 
-    async fn attempt<B: Serialize, T: DeserializeOwned>(
-        &self,
-        path: &str,
-        idempotency_key: &str,
-        body: &B,
-    ) -> Attempt<T> {
+    async fn attempt<T: DeserializeOwned>(&self, path: &str, send: &Send<'_>) -> Attempt<T> {
         let url = format!("{}{path}", self.base_url);
         let client = client(&self.tls);
         let exchange = async {
-            let mut response = client
-                .post(&url)
-                .insert_header(("Idempotency-Key", idempotency_key))
-                .send_json(body)
+            let mut response = send(&client, &url)
                 .await
                 .map_err(|e| Attempt::Retry(format!("request failed: {e}")))?;
             let status = response.status();
@@ -125,19 +122,42 @@ impl HttpProvider {
         }
     }
 
-    /// One call, attempted up to `max_attempts` times with the same idempotency key.
+    /// One money-moving call, attempted up to `max_attempts` times with the same
+    /// idempotency key.
     async fn call<B: Serialize, T: DeserializeOwned>(
         &self,
         path: &str,
         idempotency_key: &str,
         body: &B,
     ) -> Result<T, ProviderError> {
+        let send = |client: &awc::Client, url: &str| {
+            client
+                .post(url)
+                .insert_header(("Idempotency-Key", idempotency_key))
+                .send_json(body)
+        };
+        self.attempts(path, &send).await
+    }
+
+    /// A read (`GET`), attempted like a call.
+    async fn read<T: DeserializeOwned>(&self, path: &str) -> Result<T, ProviderError> {
+        self.attempts(path, &|client: &awc::Client, url: &str| {
+            client.get(url).send()
+        })
+        .await
+    }
+
+    async fn attempts<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        send: &Send<'_>,
+    ) -> Result<T, ProviderError> {
         let mut last = String::new();
         for attempt in 0..self.max_attempts {
             if attempt > 0 {
                 actix_web::rt::time::sleep(backoff(attempt - 1)).await;
             }
-            match self.attempt(path, idempotency_key, body).await {
+            match self.attempt(path, send).await {
                 Attempt::Done(value) => return Ok(value),
                 Attempt::Retry(why) => {
                     tracing::warn!(path, attempt = attempt + 1, reason = %why, "provider attempt failed");
@@ -161,11 +181,12 @@ const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
-/// `/v1/charges/{charge id}/{action}`, the id as one path segment whatever the provider
-/// made it of (a `/`, `?` or space in it would otherwise change the path, or fail the call).
-fn charge_path(charge_id: &str, action: &str) -> String {
-    let id = percent_encoding::utf8_percent_encode(charge_id, SEGMENT);
-    format!("/v1/charges/{id}/{action}")
+/// `/v1/{collection}/{id}/{action}` (a charge's capture, a dispute's evidence), the id as
+/// one path segment whatever the provider made it of (a `/`, `?` or space in it would
+/// otherwise change the path, or fail the call).
+fn object_path(collection: &str, id: &str, action: &str) -> String {
+    let id = percent_encoding::utf8_percent_encode(id, SEGMENT);
+    format!("/v1/{collection}/{id}/{action}")
 }
 
 impl PaymentProvider for HttpProvider {
@@ -200,7 +221,7 @@ impl PaymentProvider for HttpProvider {
         request: &'a CaptureRequest,
     ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
         Box::pin(async move {
-            let path = charge_path(charge_id, "capture");
+            let path = object_path("charges", charge_id, "capture");
             self.call(&path, idempotency_key, request).await
         })
     }
@@ -211,26 +232,66 @@ impl PaymentProvider for HttpProvider {
         charge_id: &'a str,
     ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
         Box::pin(async move {
-            let path = charge_path(charge_id, "cancel");
+            let path = object_path("charges", charge_id, "cancel");
             let empty = serde_json::json!({});
             self.call(&path, idempotency_key, &empty).await
+        })
+    }
+
+    fn dispute_step<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        dispute_id: &'a str,
+        step: &'a DisputeStepRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderDispute, ProviderError>> {
+        Box::pin(async move {
+            let (action, body) = match step {
+                DisputeStepRequest::Evidence { text } => {
+                    ("evidence", serde_json::json!({"evidence": {"text": text}}))
+                }
+                DisputeStepRequest::Close => ("close", serde_json::json!({})),
+            };
+            let path = object_path("disputes", dispute_id, action);
+            self.call(&path, idempotency_key, &body).await
+        })
+    }
+
+    fn settlements<'a>(
+        &'a self,
+        query: &'a SettlementQuery,
+    ) -> LocalBoxFuture<'a, Result<SettlementPage, ProviderError>> {
+        Box::pin(async move {
+            let at = |t| {
+                percent_encoding::utf8_percent_encode(&format_timestamp(t), SEGMENT).to_string()
+            };
+            let mut path = format!(
+                "/v1/settlements?created_gte={}&created_lt={}&limit={}",
+                at(query.created_gte),
+                at(query.created_lt),
+                query.limit
+            );
+            if let Some(after) = &query.starting_after {
+                path.push_str("&starting_after=");
+                path.extend(percent_encoding::utf8_percent_encode(after, SEGMENT));
+            }
+            self.read(&path).await
         })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{backoff, charge_path};
+    use super::{backoff, object_path};
     use std::time::Duration;
 
     #[test]
     fn a_charge_id_is_one_path_segment() {
         assert_eq!(
-            charge_path("ch_0a-1.b~", "capture"),
+            object_path("charges", "ch_0a-1.b~", "capture"),
             "/v1/charges/ch_0a-1.b~/capture"
         );
         assert_eq!(
-            charge_path("ch_a b/c?d#é", "cancel"),
+            object_path("charges", "ch_a b/c?d#é", "cancel"),
             "/v1/charges/ch_a%20b%2Fc%3Fd%23%C3%A9/cancel"
         );
     }

@@ -5,8 +5,9 @@ use std::time::Instant;
 use futures_util::future::LocalBoxFuture;
 
 use super::protocol::{
-    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, PaymentProvider, PayoutRequest,
-    ProviderError, ProviderPayout, ProviderRefund, RefundRequest,
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, DisputeStepRequest, PaymentProvider,
+    PayoutRequest, ProviderDispute, ProviderError, ProviderPayout, ProviderRefund, RefundRequest,
+    SettlementPage, SettlementQuery,
 };
 
 /// Counts and times every call through the [`PaymentProvider`] port, whichever flow makes
@@ -100,6 +101,34 @@ impl PaymentProvider for MeteredProvider {
             "payout",
             self.inner.create_payout(idempotency_key, request),
             |payout| payout.status.as_str(),
+        ))
+    }
+
+    fn dispute_step<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        dispute_id: &'a str,
+        step: &'a DisputeStepRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderDispute, ProviderError>> {
+        let operation = match step {
+            DisputeStepRequest::Evidence { .. } => "dispute_evidence",
+            DisputeStepRequest::Close => "dispute_close",
+        };
+        Box::pin(metered(
+            operation,
+            self.inner.dispute_step(idempotency_key, dispute_id, step),
+            |dispute| dispute.status.as_str(),
+        ))
+    }
+
+    fn settlements<'a>(
+        &'a self,
+        query: &'a SettlementQuery,
+    ) -> LocalBoxFuture<'a, Result<SettlementPage, ProviderError>> {
+        Box::pin(metered(
+            "settlements",
+            self.inner.settlements(query),
+            |_| "read",
         ))
     }
 }

@@ -10,7 +10,8 @@ pub mod sim;
 pub use http::HttpProvider;
 pub use metered::MeteredProvider;
 pub use protocol::{
-    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, OutcomeUnknown, PROVIDER_REFUSED,
-    PaymentProvider, PayoutRequest, PayoutState, ProviderError, ProviderPayout, ProviderRefund,
-    ProviderStatus, RefundRequest,
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, DisputeState, DisputeStepRequest,
+    OutcomeUnknown, PROVIDER_REFUSED, PaymentProvider, PayoutRequest, PayoutState, ProviderDispute,
+    ProviderError, ProviderPayout, ProviderRefund, ProviderStatus, RefundRequest,
 };
+pub use protocol::{MovementKind, SettlementMovement, SettlementPage, SettlementQuery};

@@ -5,7 +5,7 @@
 use futures_util::future::LocalBoxFuture;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::domain::sanitized;
+use crate::domain::{Timestamp, sanitized};
 
 /// The `failure_code` of a payment or refund whose call the provider refused (a 4xx:
 /// nothing moved).
@@ -163,6 +163,138 @@ pub struct ProviderPayout {
     pub failure_code: Option<String>,
 }
 
+/// A merchant's step on a dispute, as the provider takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DisputeStepRequest {
+    /// `POST /v1/disputes/{id}/evidence`, body `{"evidence": {"text": …}}`.
+    Evidence { text: Option<String> },
+    /// `POST /v1/disputes/{id}/close`, body `{}`: the loss accepted.
+    Close,
+}
+
+/// Where a dispute is at the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DisputeState {
+    NeedsResponse,
+    UnderReview,
+    Won,
+    Lost,
+}
+
+impl DisputeState {
+    /// The status as the protocol writes it (also the metrics label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NeedsResponse => "needs_response",
+            Self::UnderReview => "under_review",
+            Self::Won => "won",
+            Self::Lost => "lost",
+        }
+    }
+}
+
+/// The provider's answer to a dispute step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderDispute {
+    #[serde(deserialize_with = "provider_id")]
+    pub id: String,
+    pub status: DisputeState,
+}
+
+/// The kinds of movement in the provider's settlement report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MovementKind {
+    /// An automatic charge's money taken.
+    Charge,
+    /// An authorization's money taken at its capture.
+    Capture,
+    Refund,
+    Payout,
+    /// A disputed charge's money taken back (names the payment).
+    Dispute,
+    /// A won dispute's money given back (names the payment).
+    DisputeReversal,
+}
+
+impl MovementKind {
+    pub const ALL: [Self; 6] = [
+        Self::Charge,
+        Self::Capture,
+        Self::Refund,
+        Self::Payout,
+        Self::Dispute,
+        Self::DisputeReversal,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Charge => "charge",
+            Self::Capture => "capture",
+            Self::Refund => "refund",
+            Self::Payout => "payout",
+            Self::Dispute => "dispute",
+            Self::DisputeReversal => "dispute_reversal",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == text)
+    }
+}
+
+/// `GET /v1/settlements` parameters: the movements made in `[created_gte, created_lt)`,
+/// oldest first, at most `limit` (≤ 1000) after `starting_after`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettlementQuery {
+    pub created_gte: Timestamp,
+    pub created_lt: Timestamp,
+    pub limit: usize,
+    pub starting_after: Option<String>,
+}
+
+/// One movement of money the provider made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettlementMovement {
+    #[serde(deserialize_with = "provider_id")]
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: MovementKind,
+    /// Our id of the payment, refund or payout (a payment's for disputes).
+    pub reference: String,
+    /// Positive; the kind says the direction.
+    pub amount: i64,
+    pub currency: String,
+    #[serde(with = "rfc3339")]
+    pub created_at: Timestamp,
+}
+
+/// A page of the settlement report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettlementPage {
+    pub data: Vec<SettlementMovement>,
+    pub has_more: bool,
+}
+
+/// Timestamps as the protocol writes them: RFC 3339.
+mod rfc3339 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::domain::{Timestamp, format_timestamp};
+
+    pub fn serialize<S: Serializer>(at: &Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&format_timestamp(*at))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Timestamp, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        chrono::DateTime::parse_from_rfc3339(&text)
+            .map(|t| t.naive_utc())
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 /// The id the provider gives a charge or refund, which we store and send back: never
 /// empty (an answer without one is not understood), and fit to store (see [`sanitized`]).
 fn provider_id<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
@@ -236,6 +368,23 @@ pub trait PaymentProvider: Send + Sync + 'static {
         idempotency_key: &'a str,
         request: &'a PayoutRequest,
     ) -> LocalBoxFuture<'a, Result<ProviderPayout, ProviderError>>;
+
+    /// Takes a step on the provider's dispute `dispute_id` at most once per
+    /// `idempotency_key` (our id for the step). A refusal (409) means the dispute can no
+    /// longer take it.
+    fn dispute_step<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        dispute_id: &'a str,
+        step: &'a DisputeStepRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderDispute, ProviderError>>;
+
+    /// A page of the settlement report: every movement of money the provider made (a read:
+    /// any failure is just an error, nothing moved).
+    fn settlements<'a>(
+        &'a self,
+        query: &'a SettlementQuery,
+    ) -> LocalBoxFuture<'a, Result<SettlementPage, ProviderError>>;
 }
 
 #[cfg(test)]

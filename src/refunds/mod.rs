@@ -332,6 +332,12 @@ fn claim_refund(
                     "payment {} has status `{}`: only succeeded payments can be refunded",
                     payment.id, payment.status
                 )))
+            } else if payment.disputes_open > 0 {
+                Some(ApiError::PaymentDisputed(format!(
+                    "payment {} has an open dispute: it can be refunded once the dispute \
+                     is closed",
+                    payment.id
+                )))
             } else if left <= 0 {
                 Some(ApiError::PaymentNotRefundable(format!(
                     "payment {} has nothing left to refund",

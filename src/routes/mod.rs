@@ -2,6 +2,7 @@
 
 pub mod authenticate;
 pub mod balance;
+pub mod disputes;
 pub mod events;
 pub mod health;
 pub mod inbound;
@@ -116,6 +117,30 @@ pub const ROUTES: &[Route] = &[
         path: "/v1/payouts/{id}",
         handler: || web::to(payouts::get),
         doc: operation::<payouts::__path_get>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/disputes",
+        handler: || web::to(disputes::list),
+        doc: operation::<disputes::__path_list>,
+    },
+    Route {
+        method: Method::GET,
+        path: "/v1/disputes/{id}",
+        handler: || web::to(disputes::get),
+        doc: operation::<disputes::__path_get>,
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/disputes/{id}",
+        handler: || web::to(disputes::update),
+        doc: operation::<disputes::__path_update>,
+    },
+    Route {
+        method: Method::POST,
+        path: "/v1/disputes/{id}/close",
+        handler: || web::to(disputes::close),
+        doc: operation::<disputes::__path_close>,
     },
     Route {
         method: Method::POST,

@@ -24,6 +24,7 @@ use utoipa::{IntoParams, Modify, OpenApi};
     tags(
         (name = "payments", description = "Create and read payments"),
         (name = "balance", description = "What the merchant holds: the balance and every movement of its money"),
+        (name = "disputes", description = "Charges the customer's bank took back: evidence, or accepting the loss"),
         (name = "operations", description = "Health, metrics and this document (no API key needed)"),
     )
 )]

@@ -259,6 +259,10 @@ problem_set!(
                 "the payment has not succeeded, or nothing of it is left to refund",
             ),
             (
+                ApiError::PaymentDisputed(String::new()),
+                "a dispute of the payment is open (`needs_response` or `under_review`)",
+            ),
+            (
                 ApiError::AmountExceedsRefundable(String::new()),
                 "`amount` is more than what is left to refund",
             ),
@@ -282,6 +286,27 @@ problem_set!(
     PayoutNotFoundProblems = all([
         api_key(),
         not_found("no such payout of yours (or `id` is not a payout id)"),
+    ])
+);
+
+problem_set!(
+    /// `POST /v1/disputes/{id}` and `POST /v1/disputes/{id}/close`.
+    DisputeStepProblems = all([
+        money_post(),
+        not_found("no such dispute of yours (or `id` is not a dispute id)"),
+        vec![(
+            ApiError::DisputeNotEditable(String::new()),
+            "the dispute is no longer `needs_response`, or another step on it is at the \
+             provider (kept as this key's answer)",
+        )],
+    ])
+);
+
+problem_set!(
+    /// `GET /v1/disputes/{id}`.
+    DisputeNotFoundProblems = all([
+        api_key(),
+        not_found("no such dispute of yours (or `id` is not a dispute id)"),
     ])
 );
 

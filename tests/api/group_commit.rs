@@ -73,6 +73,7 @@ fn claim(app: &TestApp, key: &str, amount: i64) -> PaymentRow {
         cancellation_reason: None,
         authorized_at: None,
         operation_id: None,
+        amount_disputed: 0,
     }
 }
 

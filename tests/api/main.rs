@@ -6,6 +6,7 @@
 mod captures;
 mod client;
 mod deliveries;
+mod disputes;
 mod events;
 mod group_commit;
 mod hostile;

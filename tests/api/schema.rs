@@ -7,7 +7,8 @@ use diesel::prelude::*;
 use diesel::sql_types::Text;
 use payments_api::db::DbConnection;
 use payments_api::db::schema::{
-    api_keys, events, idempotency_keys, merchants, payment_operations, payments, refunds,
+    api_keys, balance_transactions, deferred_disputes, dispute_steps, disputes, events,
+    idempotency_keys, ledger_entries, merchants, payment_operations, payments, payouts, refunds,
     webhook_deliveries, webhook_endpoints, webhook_events,
 };
 
@@ -73,6 +74,12 @@ async fn schema_rs_matches_the_migrated_database() {
         ("webhook_endpoints", select_sql!(webhook_endpoints)),
         ("webhook_deliveries", select_sql!(webhook_deliveries)),
         ("idempotency_keys", select_sql!(idempotency_keys)),
+        ("balance_transactions", select_sql!(balance_transactions)),
+        ("ledger_entries", select_sql!(ledger_entries)),
+        ("payouts", select_sql!(payouts)),
+        ("disputes", select_sql!(disputes)),
+        ("dispute_steps", select_sql!(dispute_steps)),
+        ("deferred_disputes", select_sql!(deferred_disputes)),
     ];
     let mut conn = app.state.db.pool().get().expect("a connection");
     for (table, sql) in declared {

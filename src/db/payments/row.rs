@@ -44,4 +44,6 @@ pub struct PaymentRow {
     pub authorized_at: Option<Timestamp>,
     /// The capture or cancel that holds the authorization (see `payment_operations`).
     pub operation_id: Option<String>,
+    /// The amount of its open and lost disputes.
+    pub amount_disputed: i64,
 }

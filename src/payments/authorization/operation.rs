@@ -7,7 +7,7 @@ use crate::db::DbConnection;
 use crate::db::captures::{self as rows, Age, CANCEL, CAPTURE, CaptureRow};
 use crate::db::payments as payment_rows;
 use crate::domain::RequestRef;
-use crate::domain::{CaptureStatus, LedgerPolicy, OperationId, PaymentStatus, Timestamp, now};
+use crate::domain::{LedgerPolicy, OperationId, PaymentStatus, StepStatus, Timestamp, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
@@ -230,7 +230,7 @@ fn finish_operation(
         let answer = match outcome {
             CaptureOutcome::Refused(why) if !is_expiry(&op) => {
                 rows::let_go(conn, &op.payment_id, &op.id)?;
-                op.status = op.status.move_to(CaptureStatus::Failed)?;
+                op.status = op.status.move_to(StepStatus::Failed)?;
                 let detail = format!("the provider refused: {why}");
                 let refusal = if capture {
                     ApiError::PaymentNotCapturable(detail)
@@ -245,10 +245,10 @@ fn finish_operation(
             // refusal means the provider has nothing to cancel, or lets it lapse itself.
             outcome => {
                 op.status = op.status.move_to(match outcome {
-                    CaptureOutcome::Done(_) => CaptureStatus::Succeeded,
+                    CaptureOutcome::Done(_) => StepStatus::Succeeded,
                     CaptureOutcome::Refused(why) => {
                         tracing::warn!(payment_id = %op.payment_id, reason = %why, "the provider refused to cancel an expired authorization; canceled here all the same");
-                        CaptureStatus::Failed
+                        StepStatus::Failed
                     }
                 })?;
                 let moved = if capture {
@@ -340,7 +340,7 @@ pub(super) fn new_claim(
         amount: amount.unwrap_or(0),
         cancellation_reason: reason.map(str::to_owned),
         provider_charge_id: None,
-        status: CaptureStatus::Pending,
+        status: StepStatus::Pending,
         response_status: None,
         response_body: None,
         lease_token: Some(lease.token),

@@ -10,10 +10,15 @@ const INSUFFICIENT_FUNDS: Failure = &("insufficient_funds", "Your card has insuf
 const INVALID_PAYMENT_METHOD: Failure =
     &("invalid_payment_method", "The payment method is not valid.");
 
+/// Succeeds, then is disputed once its money is captured (docs/provider.md).
+pub(super) const DISPUTED: &str = "pm_card_dispute";
+
 /// The outcome the simulator gives a payment method.
 pub(super) fn decide(payment_method: &str) -> (ProviderStatus, Option<Failure>) {
     match payment_method {
-        "pm_card_visa" | "pm_card_mastercard" | "pm_card_amex" => (ProviderStatus::Succeeded, None),
+        "pm_card_visa" | "pm_card_mastercard" | "pm_card_amex" | DISPUTED => {
+            (ProviderStatus::Succeeded, None)
+        }
         "pm_card_declined" => (ProviderStatus::Failed, Some(CARD_DECLINED)),
         "pm_card_insufficient_funds" => (ProviderStatus::Failed, Some(INSUFFICIENT_FUNDS)),
         "pm_card_async" | "pm_card_async_declined" => (ProviderStatus::Pending, None),

@@ -7,13 +7,15 @@ use std::time::Duration;
 
 use futures_util::future::LocalBoxFuture;
 
+use super::cards::DISPUTED;
 use super::ledger::ChargeMove;
 use super::payouts::payout_event;
 use super::simulator::Simulator;
 use super::webhooks::{OutboundEvent, WebhookDelivery, charge_event};
 use crate::provider::protocol::{
-    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, PaymentProvider, PayoutRequest,
-    PayoutState, ProviderError, ProviderPayout, ProviderRefund, ProviderStatus, RefundRequest,
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, DisputeStepRequest, PaymentProvider,
+    PayoutRequest, PayoutState, ProviderDispute, ProviderError, ProviderPayout, ProviderRefund,
+    ProviderStatus, RefundRequest, SettlementPage, SettlementQuery,
 };
 
 /// The simulator inside the service's process, with an optional latency per call. With
@@ -82,6 +84,9 @@ impl PaymentProvider for InProcessProvider {
             if charge.status == ProviderStatus::Pending {
                 self.complete_later(charge.id.clone());
             }
+            if request.payment_method == DISPUTED {
+                self.dispute_once_captured(&charge);
+            }
             if !self.latency.is_zero() {
                 actix_web::rt::time::sleep(self.latency).await;
             }
@@ -110,11 +115,22 @@ impl PaymentProvider for InProcessProvider {
         charge_id: &'a str,
         request: &'a CaptureRequest,
     ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
-        self.update_later(
-            idempotency_key,
-            charge_id,
-            ChargeMove::Capture(request.amount),
-        )
+        Box::pin(async move {
+            let captured = self
+                .update_later(
+                    idempotency_key,
+                    charge_id,
+                    ChargeMove::Capture(request.amount),
+                )
+                .await?;
+            if let Some((reference, currency)) = self.simulator.disputes.captured(charge_id) {
+                let (id, amount) = (captured.id.clone(), request.amount);
+                self.announce_later(move |simulator| {
+                    simulator.disputes.open(&id, &reference, amount, &currency)
+                });
+            }
+            Ok(captured)
+        })
     }
 
     fn cancel_charge<'a>(
@@ -149,9 +165,69 @@ impl PaymentProvider for InProcessProvider {
             Ok(payout)
         })
     }
+
+    fn dispute_step<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        dispute_id: &'a str,
+        step: &'a DisputeStepRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderDispute, ProviderError>> {
+        Box::pin(async move {
+            let answer = self
+                .simulator
+                .disputes
+                .step(idempotency_key, dispute_id, step);
+            if answer.is_ok() {
+                // Decided after the delay, and announced (once, however often asked).
+                let id = dispute_id.to_owned();
+                self.announce_later(move |simulator| simulator.disputes.decide(&id));
+            }
+            if !self.latency.is_zero() {
+                actix_web::rt::time::sleep(self.latency).await;
+            }
+            answer.map_err(ProviderError::Refused)
+        })
+    }
+
+    fn settlements<'a>(
+        &'a self,
+        query: &'a SettlementQuery,
+    ) -> LocalBoxFuture<'a, Result<SettlementPage, ProviderError>> {
+        Box::pin(async move {
+            self.simulator.settlements.page(query).ok_or_else(|| {
+                ProviderError::Refused("`starting_after` is not a movement of this report".into())
+            })
+        })
+    }
 }
 
 impl InProcessProvider {
+    /// A charge of the disputed card is disputed, after the delay, once its money is
+    /// captured: at once for an automatic one, at its capture for an authorization.
+    fn dispute_once_captured(&self, charge: &Charge) {
+        match charge.status {
+            ProviderStatus::Succeeded => {
+                let charge = charge.clone();
+                self.announce_later(move |simulator| {
+                    simulator.disputes.open(
+                        &charge.id,
+                        &charge.reference,
+                        charge.amount,
+                        &charge.currency,
+                    )
+                });
+            }
+            ProviderStatus::RequiresCapture => {
+                self.simulator.disputes.await_capture(
+                    &charge.id,
+                    &charge.reference,
+                    &charge.currency,
+                );
+            }
+            _ => {}
+        }
+    }
+
     /// As for charges: the money moves first, then the answer takes its time.
     fn update_later<'a>(
         &'a self,

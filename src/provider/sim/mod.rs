@@ -12,17 +12,21 @@
 //! ```
 
 mod cards;
+mod disputes;
 mod in_process;
 mod journal;
 mod ledger;
 mod payouts;
 pub mod server;
+mod settlements;
 mod simulator;
 pub mod webhooks;
 
+pub use disputes::{SimDispute, SimDisputes, WINNING_EVIDENCE};
 pub use in_process::InProcessProvider;
 pub use ledger::ChargeMove;
 pub use payouts::{SimPayouts, SimulatedPayout};
 pub use server::Faults;
+pub use settlements::Settlements;
 pub use simulator::Simulator;
 pub use webhooks::{RetryPolicy, WebhookDelivery};

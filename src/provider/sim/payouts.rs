@@ -2,11 +2,12 @@
 //! ([`SimulatedPayout`]); a pending one is finished once, and announced by webhook.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::journal::Journal;
+use super::settlements::Settlements;
 use super::webhooks::OutboundEvent;
-use crate::provider::{PayoutRequest, PayoutState, ProviderPayout};
+use crate::provider::{MovementKind, PayoutRequest, PayoutState, ProviderPayout};
 
 /// How the simulator treats a payout, by its destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,9 +61,30 @@ struct Book {
 #[derive(Default)]
 pub struct SimPayouts {
     book: Mutex<Book>,
+    /// Where paid payouts are reported.
+    report: Arc<Settlements>,
 }
 
 impl SimPayouts {
+    /// Payouts whose money movements go to `report`.
+    pub fn reporting_to(report: Arc<Settlements>) -> Self {
+        Self {
+            book: Mutex::default(),
+            report,
+        }
+    }
+
+    fn paid(&self, payout: &ProviderPayout) {
+        if payout.status == PayoutState::Paid {
+            self.report.record(
+                MovementKind::Payout,
+                &payout.reference,
+                payout.amount,
+                &payout.currency,
+            );
+        }
+    }
+
     fn book(&self) -> MutexGuard<'_, Book> {
         // A panic while holding the lock cannot leave a half-written entry: every change
         // is one push or one assignment.
@@ -96,6 +118,7 @@ impl SimPayouts {
             book.pending
                 .insert(payout.id.clone(), (position, simulated));
         }
+        self.paid(&payout);
         payout
     }
 
@@ -106,7 +129,9 @@ impl SimPayouts {
         let payout = book.payouts.at_mut(position);
         payout.status = simulated.outcome;
         payout.failure_code = simulated.failure_code.map(str::to_owned);
-        Some(payout.clone())
+        let payout = payout.clone();
+        self.paid(&payout);
+        Some(payout)
     }
 
     /// Every payout answered, as it is now (one per idempotency key).

@@ -19,7 +19,8 @@ use super::in_process::InProcessProvider;
 use super::simulator::Simulator;
 use super::webhooks::WebhookDelivery;
 use crate::provider::protocol::{
-    CaptureRequest, ChargeRequest, PaymentProvider, PayoutRequest, ProviderError, RefundRequest,
+    CaptureRequest, ChargeRequest, DisputeStepRequest, PaymentProvider, PayoutRequest,
+    ProviderError, RefundRequest, SettlementQuery,
 };
 
 /// Fault injection. Rates apply to every call; the `*_next` counters and `down` let tests
@@ -244,6 +245,102 @@ async fn create_payout(
     .await
 }
 
+/// `{"evidence": {"text"?: …}}`.
+#[derive(serde::Deserialize)]
+struct EvidenceBody {
+    #[serde(default)]
+    evidence: EvidenceText,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct EvidenceText {
+    text: Option<String>,
+}
+
+async fn dispute_evidence(
+    state: web::Data<SimState>,
+    req: HttpRequest,
+    dispute_id: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    money_call(
+        &state,
+        &req,
+        &body,
+        async |p: &InProcessProvider, key: &str, r: &EvidenceBody| {
+            let step = DisputeStepRequest::Evidence {
+                text: r.evidence.text.clone(),
+            };
+            p.dispute_step(key, &dispute_id, &step).await
+        },
+    )
+    .await
+}
+
+async fn dispute_close(
+    state: web::Data<SimState>,
+    req: HttpRequest,
+    dispute_id: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    money_call(
+        &state,
+        &req,
+        &body,
+        async |p: &InProcessProvider, key: &str, _: &serde_json::Value| {
+            p.dispute_step(key, &dispute_id, &DisputeStepRequest::Close)
+                .await
+        },
+    )
+    .await
+}
+
+/// `GET /v1/settlements?created_gte=&created_lt=&limit=&starting_after=` (RFC 3339; `limit`
+/// 1 to 1000, default 100; both bounds optional).
+async fn settlements(state: web::Data<SimState>, req: HttpRequest) -> HttpResponse {
+    let query = match settlement_query(req.query_string()) {
+        Ok(query) => query,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
+    match state.provider.settlements(&query).await {
+        Ok(page) => HttpResponse::Ok().json(page),
+        Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+    }
+}
+
+fn settlement_query(raw: &str) -> Result<SettlementQuery, String> {
+    let mut query = SettlementQuery {
+        created_gte: chrono::DateTime::UNIX_EPOCH.naive_utc(),
+        created_lt: chrono::NaiveDateTime::MAX,
+        limit: 100,
+        starting_after: None,
+    };
+    let pairs = web::Query::<Vec<(String, String)>>::from_query(raw)
+        .map_err(|e| format!("the query string could not be parsed: {e}"))?
+        .into_inner();
+    for (name, value) in pairs {
+        let at = || {
+            chrono::DateTime::parse_from_rfc3339(&value)
+                .map(|t| t.naive_utc())
+                .map_err(|e| format!("`{name}` is not RFC 3339: {e}"))
+        };
+        match name.as_str() {
+            "created_gte" => query.created_gte = at()?,
+            "created_lt" => query.created_lt = at()?,
+            "limit" => {
+                query.limit = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or("`limit` must be 1 to 1000")?;
+            }
+            "starting_after" => query.starting_after = Some(value),
+            other => return Err(format!("unknown parameter `{other}`")),
+        }
+    }
+    Ok(query)
+}
+
 async fn list_payouts(state: web::Data<SimState>) -> HttpResponse {
     HttpResponse::Ok()
         .json(serde_json::json!({"object": "list", "data": state.simulator.payouts.all()}))
@@ -288,6 +385,12 @@ pub fn serve(
             .route("/v1/refunds", web::get().to(list_refunds))
             .route("/v1/payouts", web::post().to(create_payout))
             .route("/v1/payouts", web::get().to(list_payouts))
+            .route(
+                "/v1/disputes/{id}/evidence",
+                web::post().to(dispute_evidence),
+            )
+            .route("/v1/disputes/{id}/close", web::post().to(dispute_close))
+            .route("/v1/settlements", web::get().to(settlements))
     })
     // A dropped answer hangs on purpose; don't let it hold up a stop.
     .shutdown_timeout(1)

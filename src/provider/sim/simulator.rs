@@ -2,21 +2,38 @@
 //! and refunds, each once per idempotency key, and the ledger of the money moved that tests
 //! can read.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::cards::{decide, decide_async, held_unless_captured};
 use super::ledger::{ChargeMove, Ledger, StoredCharge};
+use super::settlements::Settlements;
 use crate::provider::protocol::{
-    Charge, ChargeRequest, ChargeUpdate, ProviderRefund, ProviderStatus, RefundRequest,
+    Charge, ChargeRequest, ChargeUpdate, MovementKind, ProviderRefund, ProviderStatus,
+    RefundRequest,
 };
 
 /// The simulated payment provider: what it answers each call, and everything it did, for
 /// tests to read. Shared by the in-process provider and the `provider-sim` server.
-#[derive(Default)]
 pub struct Simulator {
     ledger: Mutex<Ledger>,
     /// Payouts keep a book of their own.
     pub payouts: super::payouts::SimPayouts,
+    /// So do disputes.
+    pub disputes: super::disputes::SimDisputes,
+    /// Every movement of money, whichever book made it: the settlement report.
+    pub settlements: Arc<Settlements>,
+}
+
+impl Default for Simulator {
+    fn default() -> Self {
+        let settlements = Arc::new(Settlements::default());
+        Self {
+            ledger: Mutex::default(),
+            payouts: super::payouts::SimPayouts::reporting_to(settlements.clone()),
+            disputes: super::disputes::SimDisputes::reporting_to(settlements.clone()),
+            settlements,
+        }
+    }
 }
 
 impl Simulator {
@@ -41,7 +58,16 @@ impl Simulator {
         let charge = ledger.charges.at_mut(position);
         charge.status = status;
         charge.failure = failure;
-        Some(ledger.charge_at(position))
+        let charge = ledger.charge_at(position);
+        if charge.status == ProviderStatus::Succeeded {
+            self.settlements.record(
+                MovementKind::Charge,
+                &charge.reference,
+                charge.amount,
+                &charge.currency,
+            );
+        }
+        Some(charge)
     }
 
     /// Charges once per idempotency key; the same key again returns the first result.
@@ -67,6 +93,14 @@ impl Simulator {
         };
         let position = ledger.charges.record_kept(key, stored);
         let charge = ledger.charge_at(position);
+        if charge.status == ProviderStatus::Succeeded {
+            self.settlements.record(
+                MovementKind::Charge,
+                &charge.reference,
+                charge.amount,
+                &charge.currency,
+            );
+        }
         if charge.status == ProviderStatus::Pending {
             ledger.pending_methods.insert(
                 charge.id.clone(),
@@ -96,7 +130,20 @@ impl Simulator {
         let answer = ledger.move_charge(charge_id, change);
         if let Ok(update) = &answer {
             match change {
-                ChargeMove::Capture(_) => ledger.captures.push(update.clone()),
+                ChargeMove::Capture(amount) => {
+                    ledger.captures.push(update.clone());
+                    if let Some(charge) = ledger
+                        .charge_position(charge_id)
+                        .map(|p| ledger.charge_at(p))
+                    {
+                        self.settlements.record(
+                            MovementKind::Capture,
+                            &charge.reference,
+                            amount,
+                            &charge.currency,
+                        );
+                    }
+                }
                 ChargeMove::Cancel => ledger.cancels.push(update.clone()),
             }
         }
@@ -161,6 +208,13 @@ impl Simulator {
             && let Some(position) = ledger.charge_position(&request.charge)
         {
             *ledger.refunded.entry(position).or_default() += request.amount;
+            let currency = ledger.charge_at(position).currency;
+            self.settlements.record(
+                MovementKind::Refund,
+                &request.reference,
+                request.amount,
+                &currency,
+            );
         }
         ledger.refunds.record(idempotency_key, refund.clone());
         refund

@@ -46,6 +46,22 @@ impl PaymentProvider for Unreachable {
     ) -> LocalBoxFuture<'a, Result<ProviderPayout, ProviderError>> {
         Box::pin(async { Err(OutcomeUnknown("timed out".into()).into()) })
     }
+
+    fn dispute_step<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: &'a payments_api::provider::DisputeStepRequest,
+    ) -> LocalBoxFuture<'a, Result<payments_api::provider::ProviderDispute, ProviderError>> {
+        Box::pin(async { Err(OutcomeUnknown("timed out".into()).into()) })
+    }
+
+    fn settlements<'a>(
+        &'a self,
+        _: &'a payments_api::provider::SettlementQuery,
+    ) -> LocalBoxFuture<'a, Result<payments_api::provider::SettlementPage, ProviderError>> {
+        Box::pin(async { Err(OutcomeUnknown("timed out".into()).into()) })
+    }
 }
 
 pub(crate) async fn refund_through_unreachable_provider(

@@ -1,0 +1,312 @@
+//! Dispute rows, and the provider's dispute events waiting for their payment to be final
+//! (the steps a merchant takes on a dispute are in [`super::dispute_steps`]).
+//!
+//! A dispute holds money on its payment through two numbers: `amount_disputed` (the amount
+//! of its open and lost disputes) and `disputes_open`. Every update that moves them is
+//! guarded by the dispute's own status move, so each happens once. One step at a time may
+//! be at the provider for a dispute: it holds the dispute through `step_id`, like a capture
+//! holds its authorization.
+
+use diesel::prelude::*;
+
+use super::pool::DbConnection;
+use super::schema::{deferred_disputes, disputes, payments};
+use crate::domain::{DisputeStatus, Timestamp};
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = disputes)]
+pub struct DisputeRow {
+    pub id: String,
+    pub merchant_id: String,
+    pub payment_id: String,
+    pub provider_dispute_id: String,
+    pub amount: i64,
+    pub currency: String,
+    pub reason: String,
+    #[diesel(deserialize_as = String, serialize_as = String)]
+    pub status: DisputeStatus,
+    pub evidence_text: Option<String>,
+    pub evidence_submitted_at: Option<Timestamp>,
+    pub evidence_due_by: Timestamp,
+    pub step_id: Option<String>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// Inserts a dispute the provider opened. A second opening of the same provider dispute
+/// (another webhook id, at the same moment) is told apart by the unique provider id: it
+/// inserts nothing and answers false, and the caller's transaction goes on (savepoint).
+pub fn insert(conn: &mut DbConnection, row: &DisputeRow) -> QueryResult<bool> {
+    use diesel::result::{DatabaseErrorKind, Error};
+    let inserted = conn.transaction(|conn| {
+        diesel::insert_into(disputes::table)
+            .values(row.clone())
+            .execute(conn)
+    });
+    match inserted {
+        Ok(_) => Ok(true),
+        Err(Error::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+pub fn find_by_id(conn: &mut DbConnection, id: &str) -> QueryResult<Option<DisputeRow>> {
+    disputes::table
+        .filter(disputes::id.eq(id))
+        .select(DisputeRow::as_select())
+        .first(conn)
+        .optional()
+}
+
+pub fn find_for_merchant(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+    id: &str,
+) -> QueryResult<Option<DisputeRow>> {
+    disputes::table
+        .filter(disputes::id.eq(id))
+        .filter(disputes::merchant_id.eq(merchant_id))
+        .select(DisputeRow::as_select())
+        .first(conn)
+        .optional()
+}
+
+pub fn find_by_provider_id(
+    conn: &mut DbConnection,
+    provider_dispute_id: &str,
+) -> QueryResult<Option<DisputeRow>> {
+    disputes::table
+        .filter(disputes::provider_dispute_id.eq(provider_dispute_id))
+        .select(DisputeRow::as_select())
+        .first(conn)
+        .optional()
+}
+
+/// The merchant's disputes, newest first, `limit + 1` rows. `None` if `starting_after`
+/// names no dispute of the merchant.
+pub fn list(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+    limit: i64,
+    starting_after: Option<&str>,
+    status: Option<DisputeStatus>,
+    payment_id: Option<&str>,
+) -> QueryResult<Option<Vec<DisputeRow>>> {
+    if let Some(cursor) = starting_after
+        && find_for_merchant(conn, merchant_id, cursor)?.is_none()
+    {
+        return Ok(None);
+    }
+    let mut query = disputes::table
+        .filter(disputes::merchant_id.eq(merchant_id))
+        .select(DisputeRow::as_select())
+        .order(disputes::id.desc())
+        .limit(limit + 1)
+        .into_boxed();
+    if let Some(cursor) = starting_after {
+        query = query.filter(disputes::id.lt(cursor));
+    }
+    if let Some(status) = status {
+        query = query.filter(disputes::status.eq(status.as_str()));
+    }
+    if let Some(payment_id) = payment_id {
+        query = query.filter(disputes::payment_id.eq(payment_id));
+    }
+    query.load(conn).map(Some)
+}
+
+/// Moves a dispute from `from` to `to` (the caller checked the move is legal): false if it
+/// was not `from` any more (someone else moved it first).
+pub fn move_status(
+    conn: &mut DbConnection,
+    id: &str,
+    from: DisputeStatus,
+    to: DisputeStatus,
+    at: Timestamp,
+) -> QueryResult<bool> {
+    diesel::update(
+        disputes::table
+            .filter(disputes::id.eq(id))
+            .filter(disputes::status.eq(from.as_str())),
+    )
+    .set((
+        disputes::status.eq(to.as_str()),
+        disputes::updated_at.eq(at),
+    ))
+    .execute(conn)
+    .map(|n| n == 1)
+}
+
+/// Saves evidence on a dispute that takes it: `needs_response`, with no step at the
+/// provider. With `step_id`, the step also takes the dispute (a submit). False: it does not
+/// take evidence now.
+pub fn save_evidence(
+    conn: &mut DbConnection,
+    id: &str,
+    text: Option<&str>,
+    step_id: Option<&str>,
+    at: Timestamp,
+) -> QueryResult<bool> {
+    diesel::update(
+        disputes::table
+            .filter(disputes::id.eq(id))
+            .filter(disputes::status.eq(DisputeStatus::NeedsResponse.as_str()))
+            .filter(disputes::step_id.is_null()),
+    )
+    .set((
+        disputes::evidence_text.eq(text),
+        disputes::step_id.eq(step_id),
+        disputes::updated_at.eq(at),
+    ))
+    .execute(conn)
+    .map(|n| n == 1)
+}
+
+/// Takes the dispute for a close: only while `needs_response` with no step at the provider.
+pub fn hold(conn: &mut DbConnection, id: &str, step_id: &str, at: Timestamp) -> QueryResult<bool> {
+    diesel::update(
+        disputes::table
+            .filter(disputes::id.eq(id))
+            .filter(disputes::status.eq(DisputeStatus::NeedsResponse.as_str()))
+            .filter(disputes::step_id.is_null()),
+    )
+    .set((disputes::step_id.eq(step_id), disputes::updated_at.eq(at)))
+    .execute(conn)
+    .map(|n| n == 1)
+}
+
+/// The step is over: the dispute takes the next one. Marks the evidence submitted when
+/// `submitted_at` is given.
+pub fn let_go(
+    conn: &mut DbConnection,
+    id: &str,
+    step_id: &str,
+    submitted_at: Option<Timestamp>,
+) -> QueryResult<()> {
+    let target = disputes::table
+        .filter(disputes::id.eq(id))
+        .filter(disputes::step_id.eq(step_id));
+    match submitted_at {
+        Some(at) => diesel::update(target)
+            .set((
+                disputes::step_id.eq(None::<String>),
+                disputes::evidence_submitted_at.eq(at),
+            ))
+            .execute(conn),
+        None => diesel::update(target)
+            .set(disputes::step_id.eq(None::<String>))
+            .execute(conn),
+    }
+    .map(|_| ())
+}
+
+/// A dispute opened on the payment: its amount is disputed and refunds wait.
+pub fn open_on_payment(conn: &mut DbConnection, payment_id: &str, amount: i64) -> QueryResult<()> {
+    diesel::update(payments::table.filter(payments::id.eq(payment_id)))
+        .set((
+            payments::amount_disputed.eq(payments::amount_disputed + amount),
+            payments::disputes_open.eq(payments::disputes_open + 1),
+        ))
+        .execute(conn)
+        .map(|_| ())
+}
+
+/// A dispute of the payment closed: no longer open; a won one no longer disputed.
+pub fn close_on_payment(
+    conn: &mut DbConnection,
+    payment_id: &str,
+    amount: i64,
+    won: bool,
+) -> QueryResult<()> {
+    let given_back = if won { amount } else { 0 };
+    diesel::update(payments::table.filter(payments::id.eq(payment_id)))
+        .set((
+            payments::amount_disputed.eq(payments::amount_disputed - given_back),
+            payments::disputes_open.eq(payments::disputes_open - 1),
+        ))
+        .execute(conn)
+        .map(|_| ())
+}
+
+/// What a dispute needs to know about its payment.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = payments)]
+pub struct DisputedPayment {
+    pub id: String,
+    pub merchant_id: String,
+    #[diesel(deserialize_as = String)]
+    pub status: crate::domain::PaymentStatus,
+    pub amount_captured: i64,
+    pub currency: String,
+    pub provider_charge_id: Option<String>,
+}
+
+pub fn find_payment(conn: &mut DbConnection, id: &str) -> QueryResult<Option<DisputedPayment>> {
+    payments::table
+        .filter(payments::id.eq(id))
+        .select(DisputedPayment::as_select())
+        .first(conn)
+        .optional()
+}
+
+// --- deferred provider events ---
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = deferred_disputes)]
+pub struct DeferredRow {
+    pub webhook_id: String,
+    pub provider_dispute_id: String,
+    pub payment_id: String,
+    pub event_type: String,
+    pub data: String,
+    pub created_at: Timestamp,
+}
+
+/// Keeps an event for later (once per webhook id: its redelivery is a duplicate before it
+/// gets here).
+pub fn defer(conn: &mut DbConnection, row: &DeferredRow) -> QueryResult<()> {
+    diesel::insert_into(deferred_disputes::table)
+        .values(row.clone())
+        .execute(conn)
+        .map(|_| ())
+}
+
+/// The payment a kept `charge.dispute.created` of this provider dispute waits for, if one
+/// is kept: later events of the dispute wait with it.
+pub fn deferred_payment_of(
+    conn: &mut DbConnection,
+    provider_dispute_id: &str,
+) -> QueryResult<Option<String>> {
+    deferred_disputes::table
+        .filter(deferred_disputes::provider_dispute_id.eq(provider_dispute_id))
+        .select(deferred_disputes::payment_id)
+        .first(conn)
+        .optional()
+}
+
+/// Kept events whose payment is final now, oldest first.
+pub fn ready(conn: &mut DbConnection, limit: i64) -> QueryResult<Vec<DeferredRow>> {
+    use crate::domain::PaymentStatus;
+    let finals = [
+        PaymentStatus::Succeeded.as_str(),
+        PaymentStatus::Failed.as_str(),
+        PaymentStatus::Canceled.as_str(),
+    ];
+    deferred_disputes::table
+        .inner_join(payments::table.on(payments::id.eq(deferred_disputes::payment_id)))
+        .filter(payments::status.eq_any(finals))
+        .order((
+            deferred_disputes::created_at.asc(),
+            deferred_disputes::webhook_id.asc(),
+        ))
+        .limit(limit)
+        .select(DeferredRow::as_select())
+        .load(conn)
+}
+
+/// Takes a kept event to apply it: true for exactly one of concurrent takers.
+pub fn take(conn: &mut DbConnection, webhook_id: &str) -> QueryResult<bool> {
+    diesel::delete(deferred_disputes::table.filter(deferred_disputes::webhook_id.eq(webhook_id)))
+        .execute(conn)
+        .map(|n| n == 1)
+}

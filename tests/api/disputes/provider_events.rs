@@ -1,0 +1,249 @@
+//! The provider's dispute events: applied once, forward only, never a 5xx; those that
+//! cannot apply are recorded and change nothing; those that come before their payment is
+//! final wait for it.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{DISPUTE_FEE, opening};
+use crate::support::{TestApp, assert_holds_for, spawn_app, spawn_app_with, visa};
+
+impl TestApp {
+    async fn visa_payment(&self, key: &str, amount: i64) -> Value {
+        let response = self.post_payment(key, &visa(amount)).await;
+        assert_eq!(response.status, 201, "{}", response.text());
+        response.json()
+    }
+
+    async fn all_disputes(&self) -> Vec<Value> {
+        let response = self.get("/v1/disputes?limit=100").await;
+        assert_eq!(response.status, 200, "{}", response.text());
+        response.json()["data"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+fn moving(provider_dispute_id: &str, status: &str) -> Value {
+    json!({"dispute_id": provider_dispute_id, "status": status})
+}
+
+#[actix_web::test]
+async fn dispute_events_open_once_and_only_move_forward() {
+    let app = spawn_app().await;
+    let payment = app.visa_payment("pay-events", 2500).await;
+    let payment_id = payment["id"].as_str().unwrap();
+    let created = opening("du_forward", &payment, 2500);
+    let first = app
+        .provider_event_with_id(
+            "evt_dispute_open",
+            "charge.dispute.created",
+            created.clone(),
+        )
+        .await;
+    assert_eq!(first.json()["duplicate"], false);
+    let redelivered = app
+        .provider_event_with_id(
+            "evt_dispute_open",
+            "charge.dispute.created",
+            created.clone(),
+        )
+        .await;
+    assert_eq!(redelivered.json()["duplicate"], true);
+    // The same dispute under another webhook id: still one.
+    app.provider_event("charge.dispute.created", created).await;
+    let disputes = app.all_disputes().await;
+    assert_eq!(disputes.len(), 1, "{disputes:?}");
+    let id = disputes[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(disputes[0]["status"], "needs_response");
+    assert_eq!(disputes[0]["provider_dispute_id"], "du_forward");
+    assert_eq!(
+        disputes[0]["evidence_due_by"],
+        "2026-12-05T00:00:00.000000Z"
+    );
+
+    for (kind, status, expected) in [
+        ("charge.dispute.updated", "under_review", "under_review"),
+        ("charge.dispute.updated", "under_review", "under_review"),
+        ("charge.dispute.closed", "won", "won"),
+        ("charge.dispute.closed", "lost", "won"),
+        ("charge.dispute.updated", "under_review", "won"),
+    ] {
+        app.provider_event(kind, moving("du_forward", status)).await;
+        let now = app.get(&format!("/v1/disputes/{id}")).await.json();
+        assert_eq!(now["status"], expected, "after {kind} {status}");
+    }
+    for kind in ["dispute.created", "dispute.updated", "dispute.closed"] {
+        assert_eq!(app.events_about(kind, &id).await, 1, "{kind}");
+    }
+    assert_eq!(
+        app.movements(&id).await,
+        [
+            ("dispute".to_owned(), -2500, DISPUTE_FEE),
+            ("dispute_reversal".to_owned(), 2500, 0)
+        ]
+    );
+    assert_eq!(app.payment_json(payment_id).await["amount_disputed"], 0);
+    app.post_dispute(
+        &format!("/v1/disputes/{id}/close"),
+        "late-close",
+        &json!({}),
+    )
+    .await
+    .assert_problem(409, "dispute_not_editable");
+}
+
+#[actix_web::test]
+async fn dispute_events_that_cannot_apply_are_recorded_and_change_nothing() {
+    let app = spawn_app_with(|s| s.recovery_interval = Duration::from_millis(50)).await;
+    let paid = app.visa_payment("pay-ok", 1000).await;
+    let declined = app
+        .post_payment(
+            "pay-declined",
+            &json!({"amount": 1000, "currency": "usd", "payment_method": "pm_card_declined"}),
+        )
+        .await
+        .json();
+    let mut unknown = paid.clone();
+    unknown["id"] = json!("pay_0193f0c2a9b87c3e8e1f6a2b3c4d5e6f");
+    let mut other_charge = paid.clone();
+    other_charge["provider_charge_id"] = json!("ch_someone_else");
+    let mut euros = opening("du_eur", &paid, 1000);
+    euros["currency"] = json!("eur");
+    for (name, data) in [
+        ("unknown payment", opening("du_unknown", &unknown, 1000)),
+        ("failed payment", opening("du_declined", &declined, 1000)),
+        ("more than captured", opening("du_more", &paid, 1001)),
+        ("another charge", opening("du_charge", &other_charge, 1000)),
+        ("another currency", euros),
+        ("malformed", json!({"dispute_id": "du_x"})),
+    ] {
+        let response = app.provider_event("charge.dispute.created", data).await;
+        assert_eq!(response.json()["duplicate"], false, "{name}");
+    }
+    app.provider_event("charge.dispute.closed", moving("du_nobody", "won"))
+        .await;
+    app.provider_event("charge.dispute.updated", moving("du_nobody", "lost"))
+        .await;
+    // Nothing waits for these either: the recovery pass opens nothing.
+    assert_holds_for(Duration::from_millis(300), "no dispute opens", || async {
+        app.all_disputes().await.is_empty()
+    })
+    .await;
+    let moved = app
+        .get("/v1/balance_transactions?type=dispute")
+        .await
+        .json();
+    assert_eq!(moved["data"].as_array().map(Vec::len), Some(0));
+    assert_eq!(
+        app.payment_json(paid["id"].as_str().unwrap()).await["amount_disputed"],
+        0
+    );
+}
+
+#[actix_web::test]
+async fn dispute_events_for_a_payment_not_final_yet_wait_for_it() {
+    let app = spawn_app_with(|s| {
+        // The simulator's own webhooks are far away: the test sends them.
+        s.provider_async_delay = Duration::from_secs(3600);
+        s.recovery_interval = Duration::from_millis(50);
+    })
+    .await;
+    let processing = app
+        .post_payment(
+            "pay-async",
+            &json!({"amount": 2000, "currency": "usd", "payment_method": "pm_card_async"}),
+        )
+        .await
+        .json();
+    assert_eq!(processing["status"], "processing");
+    let manual = json!({"amount": 800, "currency": "usd", "payment_method": "pm_card_visa",
+        "capture_method": "manual"});
+    let held = app.post_payment("pay-held", &manual).await.json();
+    let canceled = app.post_payment("pay-canceled", &manual).await.json();
+    assert_eq!(held["status"], "requires_capture");
+
+    // Out of order: the dispute and its update come before the charge's success.
+    app.provider_event(
+        "charge.dispute.created",
+        opening("du_early", &processing, 2000),
+    )
+    .await;
+    app.provider_event("charge.dispute.updated", moving("du_early", "under_review"))
+        .await;
+    app.provider_event("charge.dispute.created", opening("du_held", &held, 800))
+        .await;
+    app.provider_event(
+        "charge.dispute.created",
+        opening("du_canceled", &canceled, 800),
+    )
+    .await;
+    assert_holds_for(Duration::from_millis(300), "nothing opens yet", || async {
+        app.all_disputes().await.is_empty()
+    })
+    .await;
+
+    let charge = json!({
+        "charge_id": processing["provider_charge_id"],
+        "reference": processing["id"],
+        "amount": 2000,
+        "currency": "usd",
+    });
+    let response = app.provider_event("charge.succeeded", charge).await;
+    assert_eq!(response.json()["duplicate"], false);
+    let early = app
+        .dispute_when(processing["id"].as_str().unwrap(), "under_review")
+        .await;
+    assert_eq!(early["amount"], 2000);
+
+    let held_id = held["id"].as_str().unwrap();
+    let captured = app
+        .post_json(
+            &format!("/v1/payments/{held_id}/capture"),
+            &app.api_key,
+            Some("capture-held"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(captured.status, 200, "{}", captured.text());
+    app.dispute_when(held_id, "needs_response").await;
+
+    let canceled_id = canceled["id"].as_str().unwrap();
+    let cancel = app
+        .post_json(
+            &format!("/v1/payments/{canceled_id}/cancel"),
+            &app.api_key,
+            Some("cancel-it"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(cancel.status, 200, "{}", cancel.text());
+    assert_holds_for(
+        Duration::from_millis(300),
+        "no dispute for a payment that ended without a capture",
+        || async { app.disputes_of(canceled_id).await.is_empty() },
+    )
+    .await;
+    assert_eq!(app.all_disputes().await.len(), 2);
+}
+
+#[actix_web::test]
+async fn a_lost_partial_dispute_bounds_what_is_left_to_refund() {
+    let app = spawn_app().await;
+    let payment = app.visa_payment("pay-partial", 2000).await;
+    let payment_id = payment["id"].as_str().unwrap();
+    app.provider_event("charge.dispute.created", opening("du_part", &payment, 500))
+        .await;
+    app.provider_event("charge.dispute.closed", moving("du_part", "lost"))
+        .await;
+    let payment_now = app.payment_json(payment_id).await;
+    assert_eq!(payment_now["amount_disputed"], 500);
+    app.post_refund(payment_id, "too-much", &json!({"amount": 1600}))
+        .await
+        .assert_problem(422, "amount_exceeds_refundable");
+    let rest = app.post_refund(payment_id, "the-rest", &json!({})).await;
+    assert_eq!(rest.status, 201, "{}", rest.text());
+    assert_eq!(rest.json()["amount"], 1500);
+}

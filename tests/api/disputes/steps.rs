@@ -1,0 +1,244 @@
+//! The merchant's steps: evidence saved, submitted, the dispute closed; each once per key,
+//! refused once the dispute no longer takes it, and the money each outcome moves.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use serde_json::json;
+
+use super::DISPUTE_FEE;
+use crate::support::{spawn_app_with, spawn_app_with_provider, spawn_provider};
+
+fn quick_disputes(s: &mut payments_api::config::Settings) {
+    s.provider_async_delay = Duration::from_millis(150);
+    s.ledger.pending = Duration::ZERO;
+}
+
+#[actix_web::test]
+async fn submitted_winning_evidence_wins_the_dispute_and_gives_the_amount_back() {
+    let app = spawn_app_with(quick_disputes).await;
+    let payment = app.disputed_payment("pay-disputed", 2000).await;
+    let payment_id = payment["id"].as_str().unwrap();
+    let dispute = app.dispute_when(payment_id, "needs_response").await;
+    let id = dispute["id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("dp_"), "{dispute}");
+    assert_eq!(dispute["amount"], 2000);
+    assert_eq!(dispute["reason"], "fraudulent");
+    assert_eq!(dispute["evidence_submitted_at"], serde_json::Value::Null);
+    assert_eq!(app.payment_json(payment_id).await["amount_disputed"], 2000);
+    assert_eq!(
+        app.movements(&id).await,
+        [("dispute".to_owned(), -2000, DISPUTE_FEE)]
+    );
+    // Refunds wait while the dispute is open.
+    app.post_refund(payment_id, "refund-while-open", &json!({}))
+        .await
+        .assert_problem(409, "payment_disputed");
+
+    // Saved only: nothing goes to the provider.
+    let path = format!("/v1/disputes/{id}");
+    let saved = app
+        .post_dispute(&path, "ev-1", &json!({"evidence": {"text": "draft"}}))
+        .await;
+    assert_eq!(saved.status, 200, "{}", saved.text());
+    assert_eq!(saved.json()["evidence"]["text"], "draft");
+    assert_eq!(saved.json()["status"], "needs_response");
+    assert_eq!(app.simulator.disputes.calls(), 0);
+
+    let body = json!({"evidence": {"text": "signed for: winning_evidence"}, "submit": true});
+    let submitted = app.post_dispute(&path, "ev-2", &body).await;
+    assert_eq!(submitted.status, 200, "{}", submitted.text());
+    assert_eq!(submitted.json()["status"], "under_review");
+    assert!(submitted.json()["evidence_submitted_at"].is_string());
+    let replay = app.post_dispute(&path, "ev-2", &body).await;
+    assert_eq!(replay.status, 200);
+    assert_eq!(replay.header("Idempotent-Replayed"), Some("true"));
+    assert_eq!(replay.text(), submitted.text());
+    assert_eq!(app.simulator.disputes.calls(), 1, "one provider call");
+    // Under review, it takes no more evidence: the key's final answer.
+    app.post_dispute(&path, "ev-3", &json!({"evidence": {"text": "more"}}))
+        .await
+        .assert_problem(409, "dispute_not_editable");
+
+    let won = app.dispute_when(payment_id, "won").await;
+    assert_eq!(won["evidence"]["text"], "signed for: winning_evidence");
+    assert_eq!(
+        app.movements(&id).await,
+        [
+            ("dispute".to_owned(), -2000, DISPUTE_FEE),
+            ("dispute_reversal".to_owned(), 2000, 0)
+        ]
+    );
+    assert_eq!(app.payment_json(payment_id).await["amount_disputed"], 0);
+    for kind in ["dispute.created", "dispute.updated", "dispute.closed"] {
+        assert_eq!(app.events_about(kind, &id).await, 1, "{kind}");
+    }
+    // Won: all of the payment is refundable again.
+    let refund = app
+        .post_refund(payment_id, "refund-after-won", &json!({}))
+        .await;
+    assert_eq!(refund.status, 201, "{}", refund.text());
+    assert_eq!(refund.json()["amount"], 2000);
+}
+
+#[actix_web::test]
+async fn a_closed_dispute_is_lost_once_and_what_it_took_is_no_longer_refundable() {
+    let app = spawn_app_with(quick_disputes).await;
+    let payment = app.disputed_payment("pay-lost", 3000).await;
+    let payment_id = payment["id"].as_str().unwrap();
+    let dispute = app.dispute_when(payment_id, "needs_response").await;
+    let id = dispute["id"].as_str().unwrap();
+    let close = format!("/v1/disputes/{id}/close");
+
+    // Many hands on one key: one close at the provider, one answer.
+    let empty = json!({});
+    let answers = join_all((0..8).map(|_| app.post_dispute(&close, "close-1", &empty))).await;
+    for answer in &answers {
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        assert_eq!(answer.json()["status"], "lost");
+    }
+    assert_eq!(app.simulator.disputes.calls(), 1);
+    // Another key: the dispute takes no more steps, and that answer stands for its key.
+    for _ in 0..2 {
+        app.post_dispute(&close, "close-2", &json!({}))
+            .await
+            .assert_problem(409, "dispute_not_editable");
+    }
+    assert_eq!(app.simulator.disputes.calls(), 1);
+    // The simulator announces the loss too: it changes nothing more.
+    tokio_sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        app.movements(id).await,
+        [("dispute".to_owned(), -3000, DISPUTE_FEE)]
+    );
+    assert_eq!(app.events_about("dispute.closed", id).await, 1);
+    let payment = app.payment_json(payment_id).await;
+    assert_eq!(payment["amount_disputed"], 3000);
+    app.post_refund(payment_id, "refund-after-lost", &json!({}))
+        .await
+        .assert_problem(409, "payment_not_refundable");
+}
+
+#[actix_web::test]
+async fn steps_on_one_dispute_with_different_keys_at_once_take_it_once() {
+    let app = spawn_app_with(quick_disputes).await;
+    let payment = app.disputed_payment("pay-race", 1000).await;
+    let dispute = app
+        .dispute_when(payment["id"].as_str().unwrap(), "needs_response")
+        .await;
+    let id = dispute["id"].as_str().unwrap();
+    let app = &app;
+    let answers = join_all((0..10).map(|n| {
+        let (path, body) = if n % 2 == 0 {
+            (
+                format!("/v1/disputes/{id}"),
+                json!({"evidence": {"text": format!("evidence {n}")}, "submit": true}),
+            )
+        } else {
+            (format!("/v1/disputes/{id}/close"), json!({}))
+        };
+        let key = format!("race-{n}");
+        async move { app.post_dispute(&path, &key, &body).await }
+    }))
+    .await;
+    let taken = answers.iter().filter(|a| a.status == 200).count();
+    assert_eq!(taken, 1, "exactly one step takes the dispute");
+    for refused in answers.iter().filter(|a| a.status != 200) {
+        refused.assert_problem(409, "dispute_not_editable");
+    }
+    assert_eq!(app.simulator.disputes.calls(), 1);
+}
+
+/// A 409 from the provider is the key's final answer; nothing moved, and the dispute takes
+/// the next step.
+#[actix_web::test]
+async fn a_step_the_provider_refuses_is_the_keys_final_409_and_lets_the_dispute_go() {
+    let provider = spawn_provider().await;
+    let app = spawn_app_with_provider(&provider, |s| s.provider_max_attempts = 1).await;
+    let payment = app
+        .post_payment(
+            "pay-refused",
+            &json!({"amount": 900, "currency": "usd", "payment_method": "pm_card_visa"}),
+        )
+        .await
+        .json();
+    app.provider_event(
+        "charge.dispute.created",
+        super::opening("du_refused", &payment, 900),
+    )
+    .await;
+    let dispute = app
+        .dispute_when(payment["id"].as_str().unwrap(), "needs_response")
+        .await;
+    let close = format!("/v1/disputes/{}/close", dispute["id"].as_str().unwrap());
+    provider.faults.refuse_next.lock().unwrap().push_back(409);
+    let calls = || provider.faults.http_calls.load(Ordering::SeqCst);
+    let before = calls();
+    for _ in 0..2 {
+        app.post_dispute(&close, "refused-close", &json!({}))
+            .await
+            .assert_problem(409, "dispute_not_editable");
+    }
+    assert_eq!(calls() - before, 1, "asked once; the refusal is replayed");
+    let again = app
+        .get(&format!("/v1/disputes/{}", dispute["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(again.json()["status"], "needs_response");
+    // The provider this test runs does not know `du_refused`: the next close is refused
+    // by it too, which shows the dispute was let go (not held by the first step).
+    app.post_dispute(&close, "second-close", &json!({}))
+        .await
+        .assert_problem(409, "dispute_not_editable");
+    assert_eq!(calls() - before, 2);
+}
+
+#[actix_web::test]
+async fn bad_steps_are_refused_and_change_nothing() {
+    let app = spawn_app_with(quick_disputes).await;
+    let payment = app.disputed_payment("pay-bad", 1200).await;
+    let dispute = app
+        .dispute_when(payment["id"].as_str().unwrap(), "needs_response")
+        .await;
+    let id = dispute["id"].as_str().unwrap();
+    let path = format!("/v1/disputes/{id}");
+    let long = "a".repeat(20_001);
+    for (body, param) in [
+        (json!({"evidence": {"text": long}}), "evidence"),
+        (json!({"evidence": {"text": 7}}), "evidence"),
+        (json!({"evidence": "text"}), "evidence"),
+        (json!({"submit": "yes"}), "submit"),
+        (json!({"amount": 1}), "amount"),
+    ] {
+        let problem = app
+            .post_dispute(&path, "bad", &body)
+            .await
+            .assert_problem(400, "invalid_request");
+        assert_eq!(problem["param"], param, "{body}");
+    }
+    app.post_dispute(
+        "/v1/disputes/dp_0193f0c2a9b87c3e8e1f6a2b3c4d5e6f",
+        "nobody",
+        &json!({}),
+    )
+    .await
+    .assert_problem(404, "not_found");
+    app.post_dispute("/v1/disputes/pay_x/close", "bad-id", &json!({}))
+        .await
+        .assert_problem(404, "not_found");
+    let missing_key = app.post_json(&path, &app.api_key, None, &json!({})).await;
+    missing_key.assert_problem(400, "idempotency_key_missing");
+    app.get("/v1/disputes?status=open")
+        .await
+        .assert_problem(400, "invalid_request");
+    let after = app.get(&path).await.json();
+    assert_eq!(after, dispute, "nothing changed");
+    assert_eq!(app.simulator.disputes.calls(), 0);
+    // Another merchant sees nothing of it.
+    let other = app.create_merchant("other").await;
+    assert_eq!(app.get_as(&path, &other).await.status, 404);
+}
+
+async fn tokio_sleep(duration: Duration) {
+    actix_web::rt::time::sleep(duration).await;
+}
