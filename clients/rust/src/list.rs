@@ -48,6 +48,7 @@ macro_rules! has_id {
 has_id!(
     crate::Payment,
     crate::Refund,
+    crate::BalanceTransaction,
     crate::Event,
     crate::WebhookEndpoint,
     crate::WebhookDelivery
