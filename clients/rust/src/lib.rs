@@ -40,7 +40,8 @@
 //! refunds ([`Client::create_refund`], [`Client::list_refunds`],
 //! [`Client::stream_refunds`]), the balance and its transactions ([`Client::get_balance`],
 //! [`Client::get_balance_transaction`], [`Client::list_balance_transactions`],
-//! [`Client::stream_balance_transactions`]), events
+//! [`Client::stream_balance_transactions`]), payouts ([`Client::create_payout`],
+//! [`Client::get_payout`], [`Client::list_payouts`], [`Client::stream_payouts`]), events
 //! ([`Client::get_event`], [`Client::list_events`], [`Client::stream_events`],
 //! [`Client::events_feed`], [`Client::stream_events_feed`]) and
 //! webhook endpoints ([`Client::create_webhook_endpoint`] and the rest). Lists come one
@@ -72,6 +73,7 @@ mod events;
 mod list;
 mod mutation;
 mod payments;
+mod payouts;
 mod refunds;
 mod request;
 mod retry;
@@ -93,6 +95,7 @@ pub use payments::{
     CancelPayment, CancellationReason, CaptureMethod, CapturePayment, CreatePayment, ListPayments,
     Payment, PaymentStatus,
 };
+pub use payouts::{CreatePayout, ListPayouts, Payout, PayoutStatus};
 pub use refunds::{CreateRefund, ListRefunds, Refund, RefundReason, RefundStatus};
 pub use request::Response;
 pub use retry::RetryPolicy;

@@ -49,6 +49,7 @@ has_id!(
     crate::Payment,
     crate::Refund,
     crate::BalanceTransaction,
+    crate::Payout,
     crate::Event,
     crate::WebhookEndpoint,
     crate::WebhookDelivery
