@@ -308,7 +308,7 @@ async fn balance_transaction_lists_page_and_refuse_bad_input() {
 }
 
 /// `payments-api ledger verify` on the database at `url`: its exit code and stdout.
-fn verify_command(url: &str) -> (i32, String) {
+pub(crate) fn verify_command(url: &str) -> (i32, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_payments-api"));
     command
         .args(["ledger", "verify"])

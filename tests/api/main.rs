@@ -16,6 +16,7 @@ mod ledger;
 mod ops;
 mod payments;
 mod payouts;
+mod payouts_recovery;
 mod pooler;
 mod rate_limits;
 mod recovery;

@@ -9,13 +9,13 @@ use serde_json::{Value, json};
 use crate::support::{TestApp, TestResponse, spawn_app_with, spawn_cluster, spawn_provider};
 
 impl TestApp {
-    async fn post_payout(&self, key: &str, body: &Value) -> TestResponse {
+    pub(crate) async fn post_payout(&self, key: &str, body: &Value) -> TestResponse {
         self.post_json("/v1/payouts", &self.api_key, Some(key), body)
             .await
     }
 
     /// `available` in usd.
-    async fn available_usd(&self) -> i64 {
+    pub(crate) async fn available_usd(&self) -> i64 {
         let balance = self.get("/v1/balance").await.json();
         balance["available"]
             .as_array()
@@ -26,7 +26,7 @@ impl TestApp {
     }
 
     /// The types and amounts of a source's balance transactions, oldest first.
-    async fn movements_of(&self, source: &str) -> Vec<String> {
+    pub(crate) async fn movements_of(&self, source: &str) -> Vec<String> {
         let listed = self
             .get(&format!("/v1/balance_transactions?source={source}"))
             .await
@@ -43,7 +43,7 @@ impl TestApp {
 }
 
 /// Money available at once, no fees: balances are easy to read.
-fn funds_at_once(s: &mut payments_api::config::Settings) {
+pub(crate) fn funds_at_once(s: &mut payments_api::config::Settings) {
     s.ledger.pending = Duration::ZERO;
     s.ledger.fee_percent_bps = 0;
     s.ledger.fee_fixed = 0;
@@ -159,7 +159,7 @@ async fn a_failed_payout_gives_its_amount_back() {
 }
 
 /// Waits until the payout `id` is no longer pending: its final object.
-async fn final_payout(app: &TestApp, id: &str) -> Value {
+pub(crate) async fn final_payout(app: &TestApp, id: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let payout = app.get(&format!("/v1/payouts/{id}")).await.json();

@@ -28,6 +28,8 @@ pub enum ErrorCode {
     IdempotencyKeyReused,
     AmountExceedsRefundable,
     AmountExceedsCapturable,
+    /// A payout of more than is available in its currency (the key's final answer).
+    InsufficientBalance,
     RateLimited,
     ServiceUnavailable,
     InternalError,
@@ -55,6 +57,7 @@ impl ErrorCode {
             Self::IdempotencyKeyReused => "idempotency_key_reused",
             Self::AmountExceedsRefundable => "amount_exceeds_refundable",
             Self::AmountExceedsCapturable => "amount_exceeds_capturable",
+            Self::InsufficientBalance => "insufficient_balance",
             Self::RateLimited => "rate_limited",
             Self::ServiceUnavailable => "service_unavailable",
             Self::InternalError => "internal_error",
@@ -80,6 +83,7 @@ impl ErrorCode {
             "idempotency_key_reused" => Self::IdempotencyKeyReused,
             "amount_exceeds_refundable" => Self::AmountExceedsRefundable,
             "amount_exceeds_capturable" => Self::AmountExceedsCapturable,
+            "insufficient_balance" => Self::InsufficientBalance,
             "rate_limited" => Self::RateLimited,
             "service_unavailable" => Self::ServiceUnavailable,
             "internal_error" => Self::InternalError,
@@ -403,6 +407,14 @@ mod tests {
         assert_eq!(
             ErrorCode::parse("amount_exceeds_capturable"),
             ErrorCode::AmountExceedsCapturable
+        );
+        assert_eq!(
+            ErrorCode::parse("insufficient_balance"),
+            ErrorCode::InsufficientBalance
+        );
+        assert_eq!(
+            ErrorCode::InsufficientBalance.as_str(),
+            "insufficient_balance"
         );
     }
 }

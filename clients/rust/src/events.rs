@@ -1,4 +1,4 @@
-//! Events: what happened to payments and refunds, from the feed, the list, or
+//! Events: what happened to payments, refunds and payouts, from the feed, the list, or
 //! a webhook delivery ([`crate::WebhookVerifier`]).
 
 use std::fmt;
@@ -10,7 +10,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::client::Client;
 use crate::error::Error;
 use crate::list::{ListParams, Page};
-use crate::{Payment, Refund};
+use crate::{Payment, Payout, Refund};
 
 /// An event's `type`; also the entries of a webhook endpoint's `enabled_events`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -22,6 +22,8 @@ pub enum EventType {
     PaymentCanceled,
     RefundSucceeded,
     RefundFailed,
+    PayoutPaid,
+    PayoutFailed,
     /// What [`Client::test_webhook_endpoint`] sends (never in the feed).
     WebhookEndpointTest,
     /// `"*"`: every type, in `enabled_events` only.
@@ -39,6 +41,8 @@ impl EventType {
             Self::PaymentCanceled => "payment.canceled",
             Self::RefundSucceeded => "refund.succeeded",
             Self::RefundFailed => "refund.failed",
+            Self::PayoutPaid => "payout.paid",
+            Self::PayoutFailed => "payout.failed",
             Self::WebhookEndpointTest => "webhook_endpoint.test",
             Self::All => "*",
             Self::Other(other) => other,
@@ -53,6 +57,8 @@ impl EventType {
             "payment.canceled" => Self::PaymentCanceled,
             "refund.succeeded" => Self::RefundSucceeded,
             "refund.failed" => Self::RefundFailed,
+            "payout.paid" => Self::PayoutPaid,
+            "payout.failed" => Self::PayoutFailed,
             "webhook_endpoint.test" => Self::WebhookEndpointTest,
             "*" => Self::All,
             other => Self::Other(other.to_owned()),
@@ -110,6 +116,14 @@ impl Event {
             _ => None,
         }
     }
+
+    /// The payout right after the change, for `payout.*` events.
+    pub fn payout(&self) -> Option<&Payout> {
+        match &self.data.object {
+            EventObject::Payout(payout) => Some(payout),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -124,6 +138,7 @@ pub struct EventData {
 pub enum EventObject {
     Payment(Box<Payment>),
     Refund(Box<Refund>),
+    Payout(Box<Payout>),
     /// Anything else (e.g. the body of a `webhook_endpoint.test` event), as sent.
     Other(serde_json::Value),
 }
@@ -138,6 +153,9 @@ impl<'de> Deserialize<'de> for EventObject {
                 .map_err(D::Error::custom),
             Some("refund") => serde_json::from_value(value)
                 .map(|r| Self::Refund(Box::new(r)))
+                .map_err(D::Error::custom),
+            Some("payout") => serde_json::from_value(value)
+                .map(|p| Self::Payout(Box::new(p)))
                 .map_err(D::Error::custom),
             _ => Ok(Self::Other(value)),
         }
@@ -304,6 +322,21 @@ mod tests {
             event.request.and_then(|r| r.idempotency_key).as_deref(),
             Some("order-1")
         );
+    }
+
+    #[test]
+    fn a_payout_event_parses_with_its_payout() {
+        let json = r#"{"id":"evt_3","object":"event","type":"payout.failed","created_at":"2026-11-22T06:00:00Z",
+            "data":{"object":{"id":"po_1","object":"payout","amount":1500,"currency":"usd",
+            "destination":"ba_test_closed","description":null,"status":"failed","provider_payout_id":"tr_1",
+            "failure_code":"account_closed","created_at":"2026-11-22T06:00:00Z","updated_at":"2026-11-22T06:00:01Z"}},
+            "request":null}"#;
+        let event: Event = serde_json::from_str(json).expect("event");
+        assert_eq!(event.event_type, EventType::PayoutFailed);
+        let payout = event.payout().expect("a payout");
+        assert_eq!(payout.failure_code.as_deref(), Some("account_closed"));
+        assert!(event.payment().is_none() && event.refund().is_none());
+        assert_eq!(EventType::parse("payout.paid"), EventType::PayoutPaid);
     }
 
     #[test]

@@ -38,8 +38,12 @@
 //! ([`Client::create_payment`], [`Client::get_payment`], [`Client::list_payments`],
 //! [`Client::stream_payments`], [`Client::capture_payment`], [`Client::cancel_payment`]),
 //! refunds ([`Client::create_refund`], [`Client::list_refunds`],
-//! [`Client::stream_refunds`]), events ([`Client::get_event`], [`Client::list_events`],
-//! [`Client::stream_events`], [`Client::events_feed`], [`Client::stream_events_feed`]) and
+//! [`Client::stream_refunds`]), the balance and its transactions ([`Client::get_balance`],
+//! [`Client::get_balance_transaction`], [`Client::list_balance_transactions`],
+//! [`Client::stream_balance_transactions`]), payouts ([`Client::create_payout`],
+//! [`Client::get_payout`], [`Client::list_payouts`], [`Client::stream_payouts`]), events
+//! ([`Client::get_event`], [`Client::list_events`], [`Client::stream_events`],
+//! [`Client::events_feed`], [`Client::stream_events_feed`]) and
 //! webhook endpoints ([`Client::create_webhook_endpoint`] and the rest). Lists come one
 //! page at a time (`list_*`) or as a [`Stream`] over every page
 //! (`stream_*`).
@@ -61,6 +65,7 @@
 //!
 //! `http://` stays available for local runs.
 
+mod balance;
 mod builder;
 mod client;
 mod error;
@@ -68,6 +73,7 @@ mod events;
 mod list;
 mod mutation;
 mod payments;
+mod payouts;
 mod refunds;
 mod request;
 mod retry;
@@ -75,6 +81,10 @@ mod tls;
 mod webhook;
 mod webhook_endpoints;
 
+pub use balance::{
+    Balance, BalanceTransaction, BalanceTransactionStatus, BalanceTransactionType,
+    ListBalanceTransactions, Money,
+};
 pub use builder::ClientBuilder;
 pub use client::Client;
 pub use error::{Error, ErrorCode, ErrorKind, Problem};
@@ -85,6 +95,7 @@ pub use payments::{
     CancelPayment, CancellationReason, CaptureMethod, CapturePayment, CreatePayment, ListPayments,
     Payment, PaymentStatus,
 };
+pub use payouts::{CreatePayout, ListPayouts, Payout, PayoutStatus};
 pub use refunds::{CreateRefund, ListRefunds, Refund, RefundReason, RefundStatus};
 pub use request::Response;
 pub use retry::RetryPolicy;

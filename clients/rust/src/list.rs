@@ -48,6 +48,8 @@ macro_rules! has_id {
 has_id!(
     crate::Payment,
     crate::Refund,
+    crate::BalanceTransaction,
+    crate::Payout,
     crate::Event,
     crate::WebhookEndpoint,
     crate::WebhookDelivery

@@ -64,15 +64,17 @@ impl<T> std::fmt::Debug for Mutation<T> {
     }
 }
 
-/// Objects whose operations can end unknown (202): payments (create, capture, cancel) and
-/// refunds. Sealed.
+/// Objects whose operations can end unknown (202): payments (create, capture, cancel),
+/// refunds and payouts. Sealed.
 pub trait Awaitable: private::Sealed {}
 impl Awaitable for crate::Payment {}
 impl Awaitable for crate::Refund {}
+impl Awaitable for crate::Payout {}
 mod private {
     pub trait Sealed {}
     impl Sealed for crate::Payment {}
     impl Sealed for crate::Refund {}
+    impl Sealed for crate::Payout {}
 }
 
 impl<T> Mutation<T> {
