@@ -45,6 +45,9 @@ pub struct Settings {
     pub provider_async_delay: Duration,
     pub processing_lease: Duration,
     pub recovery_interval: Duration,
+    /// How often one instance reconciles with the provider's settlement report
+    /// (`RECONCILE_INTERVAL_MS`); `None` (0): only by the `reconcile` command.
+    pub reconcile_interval: Option<Duration>,
     pub idempotency_wait: Duration,
     pub log_format: LogFormat,
     /// `RUST_LOG`: which logs are written (`info` when unset).
@@ -271,6 +274,8 @@ impl Settings {
             provider_async_delay: millis("PROVIDER_ASYNC_DELAY_MS", 1000, 0)?,
             processing_lease: millis("PROCESSING_LEASE_MS", 30_000, 1)?,
             recovery_interval: millis("RECOVERY_INTERVAL_MS", 5000, 1)?,
+            reconcile_interval: Some(millis("RECONCILE_INTERVAL_MS", 3_600_000, 0)?)
+                .filter(|every| !every.is_zero()),
             idempotency_wait: millis("IDEMPOTENCY_WAIT_MS", 2000, 0)?,
             log_format,
             log_filter,

@@ -20,6 +20,7 @@ pub mod payments;
 pub mod payouts;
 pub mod provider;
 pub mod rate_limit;
+pub mod reconcile;
 pub mod refunds;
 pub mod routes;
 pub mod shutdown;

@@ -43,6 +43,28 @@ enum Command {
     /// Check the ledger (balance transactions and their entries).
     #[command(subcommand)]
     Ledger(LedgerCommand),
+    /// Reconcile our records with the provider's settlement report (PROVIDER_URL).
+    ///
+    /// Every provider movement of the window must match exactly one of our money moves of
+    /// the same kind, amount and currency, and each of ours its movement. Prints each
+    /// discrepancy found as one JSON line, then `reconciled: N matched, M discrepancies
+    /// (…)`, M counting every open discrepancy. Exits 0 with none open, 3 with some, 1 when
+    /// it could not run (another run in progress, the provider or database unreachable).
+    /// Moves no money.
+    Reconcile {
+        /// Start of the window (RFC 3339). Default: 24 h before its end.
+        #[arg(long, value_name = "RFC3339", value_parser = rfc3339)]
+        from: Option<Timestamp>,
+        /// End of the window, exclusive (RFC 3339). Default: 10 minutes ago.
+        #[arg(long, value_name = "RFC3339", value_parser = rfc3339)]
+        to: Option<Timestamp>,
+    },
+}
+
+fn rfc3339(raw: &str) -> Result<Timestamp, String> {
+    chrono::DateTime::parse_from_rfc3339(raw.trim())
+        .map(|t| t.naive_utc())
+        .map_err(|e| format!("not an RFC 3339 time: {e}"))
 }
 
 #[derive(Subcommand)]
@@ -136,6 +158,7 @@ fn main() -> ExitCode {
         Command::Migrate => connect(settings).map(|_| println!("migrations applied")),
         Command::ApiKeys(command) => connect(settings).and_then(|db| api_keys(&db, command)),
         Command::Ledger(LedgerCommand::Verify) => connect(settings).and_then(|db| verify(&db)),
+        Command::Reconcile { from, to } => return reconcile(settings, from, to),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -150,6 +173,46 @@ fn main() -> ExitCode {
 fn connect(mut settings: Settings) -> Result<Db, String> {
     settings.database_pool_size = 1;
     connect_and_migrate(&settings).map_err(|e| e.to_string())
+}
+
+/// Exit status of `reconcile` when discrepancies are open.
+const DISCREPANCIES_OPEN: u8 = 3;
+
+fn reconcile(settings: Settings, from: Option<Timestamp>, to: Option<Timestamp>) -> ExitCode {
+    use payments_api::reconcile::{self, Window};
+    let default = Window::ending_before(payments_api::domain::now());
+    let to = to.unwrap_or(default.to);
+    let window = Window {
+        from: from.unwrap_or(to - chrono::Duration::hours(24)),
+        to,
+    };
+    if window.from >= window.to {
+        eprintln!("payments-api: --from must be before --to");
+        return ExitCode::from(2);
+    }
+    let outcome = connect(settings.clone()).and_then(|db| {
+        let provider = payments_api::startup::command_provider(&settings)?;
+        actix_web::rt::System::new().block_on(async move {
+            let mut print = |found: &reconcile::Found| println!("{}", found.json_line());
+            reconcile::reconcile(&db, provider.as_ref(), window, &mut print)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    });
+    match outcome {
+        Ok(report) => {
+            println!("{}", report.summary());
+            if report.open_total() > 0 {
+                ExitCode::from(DISCREPANCIES_OPEN)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("payments-api: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn verify(db: &Db) -> Result<(), String> {

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use actix_web::http::Method;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Seconds; from a fast in-process simulator up to the provider timeout and its retries.
@@ -39,6 +39,7 @@ struct Metrics {
     rate_limited: IntCounter,
     idempotency_polls: IntCounter,
     group_commit_batch: HistogramVec,
+    reconciliation_discrepancies: IntGaugeVec,
 }
 
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -142,6 +143,20 @@ impl Metrics {
                 "Time of one delivery attempt to a merchant's endpoint (lookup, connect, answer).",
                 &[],
             ),
+            reconciliation_discrepancies: {
+                let metric = IntGaugeVec::new(
+                    Opts::new(
+                        "reconciliation_discrepancies",
+                        "Open discrepancies between our records and the provider's settlement \
+                         report, by kind (as stored: every instance shows the same).",
+                    ),
+                    &["kind"],
+                )
+                .expect("valid gauge");
+                r.register(Box::new(metric.clone()))
+                    .expect("unique metric name");
+                metric
+            },
             webhook_delivery_oldest_pending: gauge(
                 &r,
                 "webhook_delivery_oldest_pending_seconds",
@@ -229,6 +244,11 @@ impl Metrics {
         }
         for action in RecoveryAction::ALL {
             metrics.recovery.with_label_values(&[action.as_str()]);
+        }
+        for kind in DISCREPANCY_KINDS {
+            metrics
+                .reconciliation_discrepancies
+                .with_label_values(&[kind]);
         }
         metrics
     }
@@ -371,6 +391,26 @@ pub fn webhook_delivery(outcome: &'static str, elapsed: Duration) {
 /// The age, in seconds, of the oldest delivery still waiting.
 pub fn webhook_delivery_backlog(oldest_age_secs: i64) {
     METRICS.webhook_delivery_oldest_pending.set(oldest_age_secs);
+}
+
+/// The discrepancy kinds of reconciliation, each a series of its gauge from the start.
+pub const DISCREPANCY_KINDS: [&str; 5] = [
+    "missing_here",
+    "missing_at_provider",
+    "amount_mismatch",
+    "currency_mismatch",
+    "duplicate_at_provider",
+];
+
+/// The open discrepancies by kind, as stored (kinds not given are 0).
+pub fn reconciliation_discrepancies(open: &[(String, i64)]) {
+    for kind in DISCREPANCY_KINDS {
+        let count = open.iter().find(|(k, _)| k == kind).map_or(0, |(_, n)| *n);
+        METRICS
+            .reconciliation_discrepancies
+            .with_label_values(&[kind])
+            .set(count);
+    }
 }
 
 /// One provider call: `operation` is `"charge"` or `"refund"`; `outcome` the provider's

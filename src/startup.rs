@@ -196,12 +196,40 @@ fn start_background_tasks(state: &AppState) {
         })
         .then(|state| async move { inbound::apply_deferred_disputes(&state).await })
         .spawn(state);
+    crate::reconcile::spawn_scheduled(state);
+    crate::reconcile::spawn_metrics(state);
     inbound::spawn_retention_task(state);
     crate::events::spawn_retention_task(state);
     crate::deliveries::spawn_worker(state);
 }
 
 /// Where this server receives provider webhooks, as seen from this host.
+/// The provider a command (not the server) talks to: over HTTP at `PROVIDER_URL`, or,
+/// without one, a fresh in-process simulator, which has moved no money yet (said on stderr).
+pub fn command_provider(settings: &Settings) -> Result<Arc<dyn PaymentProvider>, String> {
+    match &settings.provider_url {
+        Some(url) => {
+            let tls = crate::tls::client_tls(settings.tls_ca_file.as_deref())?;
+            Ok(Arc::new(HttpProvider::new(
+                url.clone(),
+                settings.provider_timeout,
+                settings.provider_max_attempts,
+                tls,
+            )))
+        }
+        None => {
+            eprintln!(
+                "payments-api: PROVIDER_URL is not set: using a new in-process simulator, \
+                 whose report holds no movement"
+            );
+            Ok(Arc::new(InProcessProvider::new(
+                Arc::new(Simulator::new()),
+                std::time::Duration::ZERO,
+            )))
+        }
+    }
+}
+
 fn self_webhook_url(addr: SocketAddr) -> String {
     let host = match addr.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),

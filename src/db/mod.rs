@@ -19,6 +19,7 @@ pub mod migrate;
 pub mod payments;
 pub mod payouts;
 pub mod pool;
+pub mod reconciliation;
 pub mod refunds;
 pub mod schema;
 pub mod webhook_endpoints;

@@ -299,3 +299,52 @@ diesel::table! {
 diesel::joinable!(disputes -> payments (payment_id));
 diesel::joinable!(dispute_steps -> disputes (dispute_id));
 diesel::allow_tables_to_appear_in_same_query!(disputes, payments, dispute_steps, deferred_disputes);
+
+diesel::table! {
+    reconciliation_discrepancies (id) {
+        id -> Text,
+        fingerprint -> Text,
+        kind -> Text,
+        movement_type -> Text,
+        reference -> Text,
+        provider_movement_id -> Nullable<Text>,
+        expected_amount -> Nullable<BigInt>,
+        expected_currency -> Nullable<Text>,
+        found_amount -> Nullable<BigInt>,
+        found_currency -> Nullable<Text>,
+        occurred_at -> Timestamp,
+        first_seen_at -> Timestamp,
+        last_seen_at -> Timestamp,
+        last_run_id -> Text,
+        resolved_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
+    reconciliation_seen (run_id, movement_type, reference) {
+        run_id -> Text,
+        movement_type -> Text,
+        reference -> Text,
+        movement_id -> Text,
+    }
+}
+
+diesel::table! {
+    reconciliation_lease (name) {
+        name -> Text,
+        holder -> Nullable<Text>,
+        held_until -> Nullable<Timestamp>,
+        next_run_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(
+    reconciliation_seen,
+    balance_transactions,
+    refunds,
+    payouts
+);
+diesel::allow_tables_to_appear_in_same_query!(reconciliation_seen, payments);
+diesel::allow_tables_to_appear_in_same_query!(reconciliation_seen, disputes);
+diesel::allow_tables_to_appear_in_same_query!(balance_transactions, payments);
+diesel::allow_tables_to_appear_in_same_query!(balance_transactions, disputes);

@@ -19,6 +19,7 @@ mod payouts;
 mod payouts_recovery;
 mod pooler;
 mod rate_limits;
+mod reconcile;
 mod recovery;
 mod refunds;
 mod schema;

@@ -8,7 +8,8 @@ use diesel::sql_types::Text;
 use payments_api::db::DbConnection;
 use payments_api::db::schema::{
     api_keys, balance_transactions, deferred_disputes, dispute_steps, disputes, events,
-    idempotency_keys, ledger_entries, merchants, payment_operations, payments, payouts, refunds,
+    idempotency_keys, ledger_entries, merchants, payment_operations, payments, payouts,
+    reconciliation_discrepancies, reconciliation_lease, reconciliation_seen, refunds,
     webhook_deliveries, webhook_endpoints, webhook_events,
 };
 
@@ -80,6 +81,12 @@ async fn schema_rs_matches_the_migrated_database() {
         ("disputes", select_sql!(disputes)),
         ("dispute_steps", select_sql!(dispute_steps)),
         ("deferred_disputes", select_sql!(deferred_disputes)),
+        (
+            "reconciliation_discrepancies",
+            select_sql!(reconciliation_discrepancies),
+        ),
+        ("reconciliation_seen", select_sql!(reconciliation_seen)),
+        ("reconciliation_lease", select_sql!(reconciliation_lease)),
     ];
     let mut conn = app.state.db.pool().get().expect("a connection");
     for (table, sql) in declared {

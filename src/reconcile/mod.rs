@@ -1,0 +1,104 @@
+//! Reconciliation: our records against the provider's settlement report (its book of every
+//! movement of money). Reads both sides in pages, in bounded memory whatever the window
+//! holds, and never moves money.
+//!
+//! ```text
+//! 1. provider movements of [from − LOOKBACK, to), page by page (≤ 1000):
+//!      look up our objects of the page's references (one query per kind)
+//!      judge each: matched | amount/currency mismatch | missing_here | not final yet (skipped)
+//!      a second movement for one operation of ours: duplicate_at_provider
+//!      what matched (or mismatched) one of our moves is marked seen for this run (a table)
+//! 2. our money moves that became final in [from, to) and no movement was seen for
+//!      (anti-join, keyset pages): missing_at_provider
+//! 3. each discrepancy stored once (by fingerprint); those of [from, to) not found again
+//!      are resolved; the run's marks are dropped
+//! ```
+//!
+//! The lookback lets a movement the provider made just before `from` match our move that
+//! became final just after it (the provider moves money first, we record it after); only
+//! movements inside the window are judged.
+
+mod judge;
+pub mod run;
+
+use crate::domain::Timestamp;
+
+pub use run::{
+    Found, ReconcileError, Report, reconcile, run_scheduled, spawn_metrics, spawn_scheduled,
+};
+
+/// A discrepancy kind, as stored and printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DiscrepancyKind {
+    /// The provider moved money for a reference we have no money move for.
+    MissingHere,
+    /// We have a money move the provider's report lacks.
+    MissingAtProvider,
+    AmountMismatch,
+    CurrencyMismatch,
+    /// Two movements for one operation of ours: a double charge.
+    DuplicateAtProvider,
+}
+
+impl DiscrepancyKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MissingHere => "missing_here",
+            Self::MissingAtProvider => "missing_at_provider",
+            Self::AmountMismatch => "amount_mismatch",
+            Self::CurrencyMismatch => "currency_mismatch",
+            Self::DuplicateAtProvider => "duplicate_at_provider",
+        }
+    }
+}
+
+/// Money as the report prints it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Money {
+    pub amount: i64,
+    pub currency: String,
+}
+
+/// One discrepancy found by a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Discrepancy {
+    pub kind: DiscrepancyKind,
+    /// `charge`, `capture`, `refund`, `payout`, `dispute`, `dispute_reversal`.
+    pub movement_type: &'static str,
+    pub reference: String,
+    pub provider_movement_id: Option<String>,
+    pub expected: Option<Money>,
+    pub found: Option<Money>,
+    pub occurred_at: Timestamp,
+}
+
+impl Discrepancy {
+    /// What makes two findings the same discrepancy.
+    pub fn fingerprint(&self) -> String {
+        format!(
+            "{}:{}:{}:{}",
+            self.kind.as_str(),
+            self.movement_type,
+            self.reference,
+            self.provider_movement_id.as_deref().unwrap_or("-")
+        )
+    }
+}
+
+/// The window a run covers: `[from, to)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub from: Timestamp,
+    pub to: Timestamp,
+}
+
+impl Window {
+    /// The default: the 24 hours that ended 10 minutes before `now`.
+    pub fn ending_before(now: Timestamp) -> Self {
+        let to = now - chrono::Duration::minutes(10);
+        Self {
+            from: to - chrono::Duration::hours(24),
+            to,
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! Reconciliation (CONTRACT §14): our records against the provider's settlement report.
+
+mod command;
+mod honest;
+
+use std::sync::Mutex;
+
+use futures_util::future::LocalBoxFuture;
+use payments_api::domain::{Timestamp, now};
+use payments_api::provider::{
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, DisputeStepRequest, MovementKind,
+    OutcomeUnknown, PaymentProvider, PayoutRequest, ProviderDispute, ProviderError, ProviderPayout,
+    ProviderRefund, RefundRequest, SettlementMovement, SettlementPage, SettlementQuery,
+};
+use payments_api::reconcile::{self, Found, Report, Window};
+use serde_json::json;
+
+use crate::support::{TestApp, spawn_app, visa};
+
+/// A provider whose settlement report is a script (served two movements a page, to cross
+/// pages); it moves no money.
+#[derive(Default)]
+struct ScriptedReport {
+    movements: Mutex<Vec<SettlementMovement>>,
+}
+
+impl ScriptedReport {
+    fn set(&self, movements: Vec<SettlementMovement>) {
+        *self.movements.lock().unwrap() = movements;
+    }
+}
+
+fn unknown<T>() -> LocalBoxFuture<'static, Result<T, ProviderError>> {
+    Box::pin(async { Err(OutcomeUnknown("a report, not a provider".into()).into()) })
+}
+
+impl PaymentProvider for ScriptedReport {
+    fn create_charge<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a ChargeRequest,
+    ) -> LocalBoxFuture<'a, Result<Charge, ProviderError>> {
+        unknown()
+    }
+    fn create_refund<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a RefundRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderRefund, ProviderError>> {
+        unknown()
+    }
+    fn capture_charge<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: &'a CaptureRequest,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
+        unknown()
+    }
+    fn cancel_charge<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> LocalBoxFuture<'a, Result<ChargeUpdate, ProviderError>> {
+        unknown()
+    }
+    fn create_payout<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a PayoutRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderPayout, ProviderError>> {
+        unknown()
+    }
+    fn dispute_step<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: &'a DisputeStepRequest,
+    ) -> LocalBoxFuture<'a, Result<ProviderDispute, ProviderError>> {
+        unknown()
+    }
+    fn settlements<'a>(
+        &'a self,
+        query: &'a SettlementQuery,
+    ) -> LocalBoxFuture<'a, Result<SettlementPage, ProviderError>> {
+        let all = self.movements.lock().unwrap().clone();
+        let start = match &query.starting_after {
+            None => 0,
+            Some(id) => all
+                .iter()
+                .position(|m| &m.id == id)
+                .map_or(all.len(), |p| p + 1),
+        };
+        let in_window: Vec<SettlementMovement> = all[start..]
+            .iter()
+            .filter(|m| m.created_at >= query.created_gte && m.created_at < query.created_lt)
+            .cloned()
+            .collect();
+        let page: Vec<SettlementMovement> = in_window.iter().take(2).cloned().collect();
+        let has_more = in_window.len() > page.len();
+        Box::pin(async move {
+            Ok(SettlementPage {
+                data: page,
+                has_more,
+            })
+        })
+    }
+}
+
+fn movement(
+    n: usize,
+    kind: MovementKind,
+    reference: &str,
+    amount: i64,
+    currency: &str,
+) -> SettlementMovement {
+    SettlementMovement {
+        id: format!("mv_script_{n}"),
+        kind,
+        reference: reference.to_owned(),
+        amount,
+        currency: currency.to_owned(),
+        created_at: now(),
+    }
+}
+
+/// A window around now.
+fn recent() -> Window {
+    Window {
+        from: now() - chrono::Duration::hours(1),
+        to: now() + chrono::Duration::minutes(1),
+    }
+}
+
+async fn run(app: &TestApp, provider: &dyn PaymentProvider) -> (Report, Vec<Found>) {
+    let mut found = Vec::new();
+    let report = reconcile::reconcile(&app.state.db, provider, recent(), &mut |f: &Found| {
+        found.push(f.clone())
+    })
+    .await
+    .expect("the run finishes");
+    (report, found)
+}
+
+/// (kind, reference) of each finding, sorted.
+fn kinds(found: &[Found]) -> Vec<(String, String)> {
+    let mut all: Vec<(String, String)> = found
+        .iter()
+        .map(|f| {
+            (
+                f.discrepancy.kind.as_str().to_owned(),
+                f.discrepancy.reference.clone(),
+            )
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+async fn stored_discrepancies(app: &TestApp) -> Vec<(String, Option<Timestamp>, Timestamp)> {
+    use diesel::prelude::*;
+    use payments_api::db::schema::reconciliation_discrepancies as d;
+    let mut rows: Vec<(String, Option<Timestamp>, Timestamp)> = app
+        .state
+        .db
+        .run(|conn| {
+            d::table
+                .select((d::fingerprint, d::resolved_at, d::first_seen_at))
+                .load(conn)
+        })
+        .await
+        .unwrap();
+    rows.sort();
+    rows
+}
+
+#[actix_web::test]
+async fn each_kind_of_discrepancy_is_found_once_and_resolved_when_the_report_is_corrected() {
+    let app = spawn_app().await;
+    let ok = app.paid_payment(2000).await;
+    let refund = app
+        .post_refund(&ok, "re-ok", &json!({"amount": 500}))
+        .await
+        .json();
+    let refund_id = refund["id"].as_str().unwrap().to_owned();
+    let failed = app
+        .post_payment(
+            "declined",
+            &json!({"amount": 1000, "currency": "usd", "payment_method": "pm_card_declined"}),
+        )
+        .await
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let wrong_amount = app.paid_payment(3000).await;
+    let wrong_currency = app.paid_payment(1500).await;
+    let twice = app.post_payment("twice", &visa(700)).await.json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let unknown = "pay_0193f0c2a9b87c3e8e1f6a2b3c4d5e6f";
+
+    let report = ScriptedReport::default();
+    use MovementKind::{Charge, Refund};
+    report.set(vec![
+        movement(1, Charge, &ok, 2000, "usd"),
+        movement(2, Charge, &failed, 1000, "usd"),
+        movement(3, Charge, unknown, 10, "usd"),
+        movement(4, Charge, &wrong_amount, 2999, "usd"),
+        movement(5, Charge, &wrong_currency, 1500, "eur"),
+        movement(6, Charge, &twice, 700, "usd"),
+        movement(7, Charge, &twice, 700, "usd"),
+    ]);
+    let (first, found) = run(&app, &report).await;
+    let expected = {
+        let mut e = vec![
+            ("amount_mismatch".to_owned(), wrong_amount.clone()),
+            ("currency_mismatch".to_owned(), wrong_currency.clone()),
+            ("duplicate_at_provider".to_owned(), twice.clone()),
+            ("missing_at_provider".to_owned(), refund_id.clone()),
+            ("missing_here".to_owned(), failed.clone()),
+            ("missing_here".to_owned(), unknown.to_owned()),
+        ];
+        e.sort();
+        e
+    };
+    assert_eq!(kinds(&found), expected);
+    assert_eq!(first.matched, 2, "the good charge and the first of the two");
+    assert_eq!(first.open_total(), 6);
+    assert_eq!(
+        first.summary(),
+        "reconciled: 2 matched, 6 discrepancies (amount_mismatch: 1, currency_mismatch: 1, \
+         duplicate_at_provider: 1, missing_at_provider: 1, missing_here: 2)"
+    );
+    let line: serde_json::Value = serde_json::from_str(
+        &found
+            .iter()
+            .find(|f| f.discrepancy.reference == wrong_amount)
+            .unwrap()
+            .json_line(),
+    )
+    .unwrap();
+    assert_eq!(line["kind"], "amount_mismatch");
+    assert_eq!(line["provider_movement_id"], "mv_script_4");
+    assert_eq!(line["expected"], json!({"amount": 3000, "currency": "usd"}));
+    assert_eq!(line["found"], json!({"amount": 2999, "currency": "usd"}));
+    assert!(line["first_seen_at"].is_string());
+    let missing: serde_json::Value = serde_json::from_str(
+        &found
+            .iter()
+            .find(|f| f.discrepancy.reference == refund_id)
+            .unwrap()
+            .json_line(),
+    )
+    .unwrap();
+    assert_eq!(missing["found"], serde_json::Value::Null);
+    assert_eq!(missing["provider_movement_id"], serde_json::Value::Null);
+    assert_eq!(
+        missing["expected"],
+        json!({"amount": 500, "currency": "usd"})
+    );
+
+    // Again: the same findings, stored once, first seen when they first were.
+    let stored = stored_discrepancies(&app).await;
+    assert_eq!(stored.len(), 6);
+    let (second, again) = run(&app, &report).await;
+    assert_eq!(kinds(&again), expected);
+    assert_eq!(second.open_total(), 6);
+    assert_eq!(
+        stored_discrepancies(&app).await,
+        stored,
+        "nothing stored twice"
+    );
+
+    // The provider corrects its report: every discrepancy is resolved.
+    report.set(vec![
+        movement(1, Charge, &ok, 2000, "usd"),
+        movement(8, Refund, &refund_id, 500, "usd"),
+        movement(9, Charge, &wrong_amount, 3000, "usd"),
+        movement(10, Charge, &wrong_currency, 1500, "usd"),
+        movement(6, Charge, &twice, 700, "usd"),
+    ]);
+    let (corrected, none) = run(&app, &report).await;
+    assert!(none.is_empty(), "{:?}", kinds(&none));
+    assert_eq!(corrected.matched, 5);
+    assert_eq!(corrected.open_total(), 0);
+    assert_eq!(
+        corrected.summary(),
+        "reconciled: 5 matched, 0 discrepancies"
+    );
+    let resolved = stored_discrepancies(&app).await;
+    assert_eq!(resolved.len(), 6);
+    assert!(
+        resolved
+            .iter()
+            .all(|(_, resolved_at, _)| resolved_at.is_some())
+    );
+}
+
+#[actix_web::test]
+async fn one_run_at_a_time_and_each_scheduled_run_to_one_instance() {
+    use futures_util::future::join_all;
+    use payments_api::db::reconciliation as rows;
+    // No scheduled check of its own in the way.
+    let app = crate::support::spawn_app_with(|s| s.reconcile_interval = None).await;
+    // Another run holds the lease: this one does not start.
+    let held = app
+        .state
+        .db
+        .run(|conn| {
+            rows::take_lease(
+                conn,
+                "other-run",
+                now(),
+                now() + chrono::Duration::minutes(5),
+            )
+        })
+        .await
+        .unwrap();
+    assert!(held);
+    let busy = reconcile::reconcile(
+        &app.state.db,
+        &ScriptedReport::default(),
+        recent(),
+        &mut |_: &Found| {},
+    )
+    .await;
+    assert!(
+        matches!(busy, Err(reconcile::ReconcileError::Busy)),
+        "{busy:?}"
+    );
+    app.state
+        .db
+        .run(|conn| rows::release_lease(conn, "other-run"))
+        .await
+        .unwrap();
+    assert!(
+        reconcile::reconcile(
+            &app.state.db,
+            &ScriptedReport::default(),
+            recent(),
+            &mut |_: &Found| {}
+        )
+        .await
+        .is_ok()
+    );
+
+    // The schedule: the first claim only schedules; once due, of many at once one runs.
+    let every = chrono::Duration::milliseconds(200);
+    let claim = |at: Timestamp| {
+        app.state
+            .db
+            .run(move |conn| rows::claim_scheduled(conn, at, every))
+    };
+    assert!(!claim(now()).await.unwrap(), "the first claim schedules");
+    assert!(!claim(now()).await.unwrap(), "not due yet");
+    let later = now() + chrono::Duration::seconds(1);
+    let claims = join_all((0..6).map(|_| claim(later))).await;
+    let won = claims.into_iter().filter(|c| *c.as_ref().unwrap()).count();
+    assert_eq!(won, 1, "one instance gets the due run");
+}
