@@ -319,6 +319,10 @@ mod tests {
         let payment = event.payment().expect("a payment");
         assert_eq!(payment.amount_captured, 2000);
         assert_eq!(
+            payment.amount_disputed, 0,
+            "absent: a server before disputes"
+        );
+        assert_eq!(
             event.request.and_then(|r| r.idempotency_key).as_deref(),
             Some("order-1")
         );
