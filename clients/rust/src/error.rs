@@ -22,6 +22,11 @@ pub enum ErrorCode {
     PaymentNotRefundable,
     PaymentNotCapturable,
     PaymentNotCancelable,
+    /// A refund of a payment whose dispute is open (`needs_response` or `under_review`).
+    PaymentDisputed,
+    /// Evidence or a close for a dispute that is no longer `needs_response`, that another
+    /// step holds, or whose step the provider refused (the key's final answer).
+    DisputeNotEditable,
     WebhookIdConflict,
     PayloadTooLarge,
     UnsupportedMediaType,
@@ -51,6 +56,8 @@ impl ErrorCode {
             Self::PaymentNotRefundable => "payment_not_refundable",
             Self::PaymentNotCapturable => "payment_not_capturable",
             Self::PaymentNotCancelable => "payment_not_cancelable",
+            Self::PaymentDisputed => "payment_disputed",
+            Self::DisputeNotEditable => "dispute_not_editable",
             Self::WebhookIdConflict => "webhook_id_conflict",
             Self::PayloadTooLarge => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
@@ -77,6 +84,8 @@ impl ErrorCode {
             "payment_not_refundable" => Self::PaymentNotRefundable,
             "payment_not_capturable" => Self::PaymentNotCapturable,
             "payment_not_cancelable" => Self::PaymentNotCancelable,
+            "payment_disputed" => Self::PaymentDisputed,
+            "dispute_not_editable" => Self::DisputeNotEditable,
             "webhook_id_conflict" => Self::WebhookIdConflict,
             "payload_too_large" => Self::PayloadTooLarge,
             "unsupported_media_type" => Self::UnsupportedMediaType,
@@ -396,6 +405,8 @@ mod tests {
         assert!(with_code(503, "service_unavailable").is_retryable());
         assert!(with_code(500, "internal_error").is_retryable());
         assert!(!with_code(409, "payment_not_refundable").is_retryable());
+        assert!(!with_code(409, "payment_disputed").is_retryable());
+        assert!(!with_code(409, "dispute_not_editable").is_retryable());
         assert!(!with_code(422, "idempotency_key_reused").is_retryable());
         assert!(!with_code(404, "not_found").is_retryable());
         assert!(!with_code(400, "invalid_request").is_retryable());
@@ -415,6 +426,14 @@ mod tests {
         assert_eq!(
             ErrorCode::InsufficientBalance.as_str(),
             "insufficient_balance"
+        );
+        for code in [ErrorCode::PaymentDisputed, ErrorCode::DisputeNotEditable] {
+            assert_eq!(ErrorCode::parse(code.as_str()), code);
+        }
+        assert_eq!(ErrorCode::PaymentDisputed.as_str(), "payment_disputed");
+        assert_eq!(
+            ErrorCode::DisputeNotEditable.as_str(),
+            "dispute_not_editable"
         );
     }
 }

@@ -1,5 +1,5 @@
-//! Events: what happened to payments, refunds and payouts, from the feed, the list, or
-//! a webhook delivery ([`crate::WebhookVerifier`]).
+//! Events: what happened to payments, refunds, payouts and disputes, from the feed, the
+//! list, or a webhook delivery ([`crate::WebhookVerifier`]).
 
 use std::fmt;
 
@@ -10,7 +10,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::client::Client;
 use crate::error::Error;
 use crate::list::{ListParams, Page};
-use crate::{Payment, Payout, Refund};
+use crate::{Dispute, Payment, Payout, Refund};
 
 /// An event's `type`; also the entries of a webhook endpoint's `enabled_events`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -24,6 +24,12 @@ pub enum EventType {
     RefundFailed,
     PayoutPaid,
     PayoutFailed,
+    /// A dispute was opened (`needs_response`).
+    DisputeCreated,
+    /// A dispute moved but is still open (evidence submitted: `under_review`).
+    DisputeUpdated,
+    /// A dispute was decided or closed: `won` or `lost`.
+    DisputeClosed,
     /// What [`Client::test_webhook_endpoint`] sends (never in the feed).
     WebhookEndpointTest,
     /// `"*"`: every type, in `enabled_events` only.
@@ -43,6 +49,9 @@ impl EventType {
             Self::RefundFailed => "refund.failed",
             Self::PayoutPaid => "payout.paid",
             Self::PayoutFailed => "payout.failed",
+            Self::DisputeCreated => "dispute.created",
+            Self::DisputeUpdated => "dispute.updated",
+            Self::DisputeClosed => "dispute.closed",
             Self::WebhookEndpointTest => "webhook_endpoint.test",
             Self::All => "*",
             Self::Other(other) => other,
@@ -59,6 +68,9 @@ impl EventType {
             "refund.failed" => Self::RefundFailed,
             "payout.paid" => Self::PayoutPaid,
             "payout.failed" => Self::PayoutFailed,
+            "dispute.created" => Self::DisputeCreated,
+            "dispute.updated" => Self::DisputeUpdated,
+            "dispute.closed" => Self::DisputeClosed,
             "webhook_endpoint.test" => Self::WebhookEndpointTest,
             "*" => Self::All,
             other => Self::Other(other.to_owned()),
@@ -124,6 +136,14 @@ impl Event {
             _ => None,
         }
     }
+
+    /// The dispute right after the change, for `dispute.*` events.
+    pub fn dispute(&self) -> Option<&Dispute> {
+        match &self.data.object {
+            EventObject::Dispute(dispute) => Some(dispute),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -139,6 +159,7 @@ pub enum EventObject {
     Payment(Box<Payment>),
     Refund(Box<Refund>),
     Payout(Box<Payout>),
+    Dispute(Box<Dispute>),
     /// Anything else (e.g. the body of a `webhook_endpoint.test` event), as sent.
     Other(serde_json::Value),
 }
@@ -156,6 +177,9 @@ impl<'de> Deserialize<'de> for EventObject {
                 .map_err(D::Error::custom),
             Some("payout") => serde_json::from_value(value)
                 .map(|p| Self::Payout(Box::new(p)))
+                .map_err(D::Error::custom),
+            Some("dispute") => serde_json::from_value(value)
+                .map(|d| Self::Dispute(Box::new(d)))
                 .map_err(D::Error::custom),
             _ => Ok(Self::Other(value)),
         }
@@ -319,6 +343,10 @@ mod tests {
         let payment = event.payment().expect("a payment");
         assert_eq!(payment.amount_captured, 2000);
         assert_eq!(
+            payment.amount_disputed, 0,
+            "absent: a server before disputes"
+        );
+        assert_eq!(
             event.request.and_then(|r| r.idempotency_key).as_deref(),
             Some("order-1")
         );
@@ -337,6 +365,30 @@ mod tests {
         assert_eq!(payout.failure_code.as_deref(), Some("account_closed"));
         assert!(event.payment().is_none() && event.refund().is_none());
         assert_eq!(EventType::parse("payout.paid"), EventType::PayoutPaid);
+    }
+
+    #[test]
+    fn a_dispute_event_parses_with_its_dispute() {
+        let json = r#"{"id":"evt_4","object":"event","type":"dispute.closed","created_at":"2026-11-28T06:00:00Z",
+            "data":{"object":{"id":"dp_1","object":"dispute","payment_id":"pay_1","amount":2000,
+            "currency":"usd","reason":"fraudulent","status":"won","evidence":{"text":"winning_evidence"},
+            "evidence_submitted_at":"2026-11-28T05:00:00Z","evidence_due_by":"2026-12-05T00:00:00Z",
+            "provider_dispute_id":"du_1","created_at":"2026-11-28T04:00:00Z","updated_at":"2026-11-28T06:00:00Z"}},
+            "request":null}"#;
+        let event: Event = serde_json::from_str(json).expect("event");
+        assert_eq!(event.event_type, EventType::DisputeClosed);
+        let dispute = event.dispute().expect("a dispute");
+        assert_eq!(dispute.status, crate::DisputeStatus::Won);
+        assert_eq!(dispute.evidence.text.as_deref(), Some("winning_evidence"));
+        assert!(event.payment().is_none() && event.payout().is_none());
+        for (text, kind) in [
+            ("dispute.created", EventType::DisputeCreated),
+            ("dispute.updated", EventType::DisputeUpdated),
+            ("dispute.closed", EventType::DisputeClosed),
+        ] {
+            assert_eq!(EventType::parse(text), kind);
+            assert_eq!(kind.as_str(), text);
+        }
     }
 
     #[test]

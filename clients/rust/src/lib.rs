@@ -41,7 +41,9 @@
 //! [`Client::stream_refunds`]), the balance and its transactions ([`Client::get_balance`],
 //! [`Client::get_balance_transaction`], [`Client::list_balance_transactions`],
 //! [`Client::stream_balance_transactions`]), payouts ([`Client::create_payout`],
-//! [`Client::get_payout`], [`Client::list_payouts`], [`Client::stream_payouts`]), events
+//! [`Client::get_payout`], [`Client::list_payouts`], [`Client::stream_payouts`]), disputes
+//! ([`Client::get_dispute`], [`Client::list_disputes`], [`Client::stream_disputes`],
+//! [`Client::update_dispute`], [`Client::close_dispute`]), events
 //! ([`Client::get_event`], [`Client::list_events`], [`Client::stream_events`],
 //! [`Client::events_feed`], [`Client::stream_events_feed`]) and
 //! webhook endpoints ([`Client::create_webhook_endpoint`] and the rest). Lists come one
@@ -68,6 +70,7 @@
 mod balance;
 mod builder;
 mod client;
+mod disputes;
 mod error;
 mod events;
 mod list;
@@ -87,6 +90,7 @@ pub use balance::{
 };
 pub use builder::ClientBuilder;
 pub use client::Client;
+pub use disputes::{Dispute, DisputeEvidence, DisputeStatus, ListDisputes, UpdateDispute};
 pub use error::{Error, ErrorCode, ErrorKind, Problem};
 pub use events::{Event, EventData, EventObject, EventRequest, EventType, ListEvents};
 pub use list::{HasId, Page};

@@ -50,6 +50,7 @@ has_id!(
     crate::Refund,
     crate::BalanceTransaction,
     crate::Payout,
+    crate::Dispute,
     crate::Event,
     crate::WebhookEndpoint,
     crate::WebhookDelivery

@@ -65,16 +65,18 @@ impl<T> std::fmt::Debug for Mutation<T> {
 }
 
 /// Objects whose operations can end unknown (202): payments (create, capture, cancel),
-/// refunds and payouts. Sealed.
+/// refunds, payouts and disputes (evidence submitted, close). Sealed.
 pub trait Awaitable: private::Sealed {}
 impl Awaitable for crate::Payment {}
 impl Awaitable for crate::Refund {}
 impl Awaitable for crate::Payout {}
+impl Awaitable for crate::Dispute {}
 mod private {
     pub trait Sealed {}
     impl Sealed for crate::Payment {}
     impl Sealed for crate::Refund {}
     impl Sealed for crate::Payout {}
+    impl Sealed for crate::Dispute {}
 }
 
 impl<T> Mutation<T> {

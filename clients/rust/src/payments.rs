@@ -95,6 +95,9 @@ pub struct Payment {
     pub amount_captured: i64,
     /// The sum of succeeded refunds.
     pub amount_refunded: i64,
+    /// The amount of its open and lost disputes (servers before disputes do not send it: 0).
+    #[serde(default)]
+    pub amount_disputed: i64,
     pub payment_method: String,
     pub customer_id: Option<String>,
     pub description: Option<String>,
