@@ -48,6 +48,8 @@ pub struct Settings {
     /// How often one instance reconciles with the provider's settlement report
     /// (`RECONCILE_INTERVAL_MS`); `None` (0): only by the `reconcile` command.
     pub reconcile_interval: Option<Duration>,
+    /// How long a dashboard session lives without a request (`DASHBOARD_SESSION_TTL_MS`).
+    pub dashboard_session_ttl: Duration,
     pub idempotency_wait: Duration,
     pub log_format: LogFormat,
     /// `RUST_LOG`: which logs are written (`info` when unset).
@@ -276,6 +278,7 @@ impl Settings {
             recovery_interval: millis("RECOVERY_INTERVAL_MS", 5000, 1)?,
             reconcile_interval: Some(millis("RECONCILE_INTERVAL_MS", 3_600_000, 0)?)
                 .filter(|every| !every.is_zero()),
+            dashboard_session_ttl: millis("DASHBOARD_SESSION_TTL_MS", 43_200_000, 1000)?,
             idempotency_wait: millis("IDEMPOTENCY_WAIT_MS", 2000, 0)?,
             log_format,
             log_filter,

@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod body;
 pub mod config;
+pub mod dashboard;
 pub mod db;
 pub mod deliveries;
 pub mod demo;

@@ -345,6 +345,7 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
                 }
             })
             .configure(routes::configure)
+            .configure(crate::dashboard::configure)
             .default_service(web::to(routes::not_found))
     })
     .shutdown_timeout(30);

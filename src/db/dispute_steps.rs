@@ -109,3 +109,12 @@ pub fn finish(conn: &mut DbConnection, row: &DisputeStepRow) -> QueryResult<bool
     .execute(conn)
     .map(|n| n == 1)
 }
+
+/// The evidence a submit sends: what its dispute holds once the claim saved it (the draft
+/// saved before, when the request gave none).
+pub fn set_evidence(conn: &mut DbConnection, id: &str, text: Option<&str>) -> QueryResult<()> {
+    diesel::update(dispute_steps::table.filter(dispute_steps::id.eq(id)))
+        .set(dispute_steps::evidence_text.eq(text))
+        .execute(conn)
+        .map(|_| ())
+}

@@ -138,8 +138,9 @@ pub fn move_status(
 }
 
 /// Saves evidence on a dispute that takes it: `needs_response`, with no step at the
-/// provider. With `step_id`, the step also takes the dispute (a submit). False: it does not
-/// take evidence now.
+/// provider. `None` keeps the evidence saved before (a submit alone sends the draft). With
+/// `step_id`, the step also takes the dispute (a submit). False: it does not take evidence
+/// now.
 pub fn save_evidence(
     conn: &mut DbConnection,
     id: &str,
@@ -147,18 +148,22 @@ pub fn save_evidence(
     step_id: Option<&str>,
     at: Timestamp,
 ) -> QueryResult<bool> {
-    diesel::update(
-        disputes::table
-            .filter(disputes::id.eq(id))
-            .filter(disputes::status.eq(DisputeStatus::NeedsResponse.as_str()))
-            .filter(disputes::step_id.is_null()),
-    )
-    .set((
-        disputes::evidence_text.eq(text),
-        disputes::step_id.eq(step_id),
-        disputes::updated_at.eq(at),
-    ))
-    .execute(conn)
+    let target = disputes::table
+        .filter(disputes::id.eq(id))
+        .filter(disputes::status.eq(DisputeStatus::NeedsResponse.as_str()))
+        .filter(disputes::step_id.is_null());
+    match text {
+        Some(text) => diesel::update(target)
+            .set((
+                disputes::evidence_text.eq(text),
+                disputes::step_id.eq(step_id),
+                disputes::updated_at.eq(at),
+            ))
+            .execute(conn),
+        None => diesel::update(target)
+            .set((disputes::step_id.eq(step_id), disputes::updated_at.eq(at)))
+            .execute(conn),
+    }
     .map(|n| n == 1)
 }
 

@@ -4,6 +4,7 @@
 //! workers.
 
 pub mod captures;
+pub mod dashboard_sessions;
 pub mod deliveries;
 pub mod dispute_steps;
 pub mod disputes;

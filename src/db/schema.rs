@@ -348,3 +348,17 @@ diesel::allow_tables_to_appear_in_same_query!(reconciliation_seen, payments);
 diesel::allow_tables_to_appear_in_same_query!(reconciliation_seen, disputes);
 diesel::allow_tables_to_appear_in_same_query!(balance_transactions, payments);
 diesel::allow_tables_to_appear_in_same_query!(balance_transactions, disputes);
+
+diesel::table! {
+    dashboard_sessions (token_hash) {
+        token_hash -> Text,
+        api_key_hash -> Text,
+        merchant_id -> Text,
+        csrf_token -> Text,
+        created_at -> Timestamp,
+        expires_at -> Timestamp,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(dashboard_sessions, api_keys);
+diesel::allow_tables_to_appear_in_same_query!(dashboard_sessions, merchants);

@@ -222,8 +222,13 @@ fn claim_step(
         let dispute =
             rows::find_by_id(conn, &claim.dispute_id)?.ok_or(diesel::result::Error::NotFound)?;
         if taken && claim.kind != EVIDENCE {
-            let provider_dispute_id = dispute.provider_dispute_id;
-            return Ok(Claimed::Won(claim.clone(), provider_dispute_id));
+            let mut row = claim.clone();
+            if claim.kind == SUBMIT && row.evidence_text != dispute.evidence_text {
+                // A submit without evidence sends the draft saved before.
+                row.evidence_text = dispute.evidence_text.clone();
+                steps::set_evidence(conn, &row.id, row.evidence_text.as_deref())?;
+            }
+            return Ok(Claimed::Won(row, dispute.provider_dispute_id));
         }
         let (status, answer) = if taken {
             (StepStatus::Succeeded, Answer::new(200, render(&dispute)?))

@@ -5,6 +5,7 @@
 
 mod captures;
 mod client;
+mod dashboard;
 mod deliveries;
 mod disputes;
 mod events;

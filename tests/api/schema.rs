@@ -7,8 +7,8 @@ use diesel::prelude::*;
 use diesel::sql_types::Text;
 use payments_api::db::DbConnection;
 use payments_api::db::schema::{
-    api_keys, balance_transactions, deferred_disputes, dispute_steps, disputes, events,
-    idempotency_keys, ledger_entries, merchants, payment_operations, payments, payouts,
+    api_keys, balance_transactions, dashboard_sessions, deferred_disputes, dispute_steps, disputes,
+    events, idempotency_keys, ledger_entries, merchants, payment_operations, payments, payouts,
     reconciliation_discrepancies, reconciliation_lease, reconciliation_seen, refunds,
     webhook_deliveries, webhook_endpoints, webhook_events,
 };
@@ -87,6 +87,7 @@ async fn schema_rs_matches_the_migrated_database() {
         ),
         ("reconciliation_seen", select_sql!(reconciliation_seen)),
         ("reconciliation_lease", select_sql!(reconciliation_lease)),
+        ("dashboard_sessions", select_sql!(dashboard_sessions)),
     ];
     let mut conn = app.state.db.pool().get().expect("a connection");
     for (table, sql) in declared {

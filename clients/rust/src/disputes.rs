@@ -86,9 +86,8 @@ pub struct Dispute {
 /// `POST /v1/disputes/{id}`: evidence to save, and whether to submit it. Build it with
 /// [`UpdateDispute::new`] and [`UpdateDispute::submit`].
 ///
-/// The evidence sent replaces what was saved before, whole: a request without `evidence`
-/// (`UpdateDispute::default()`) clears a saved draft, and with `submit` sends no text to the
-/// provider. To submit a draft, send its text again with `submit(true)`.
+/// Evidence sent replaces what was saved before; a request without `evidence`
+/// (`UpdateDispute::default()`) keeps the saved draft, and with `submit(true)` sends it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct UpdateDispute {
     #[serde(skip_serializing_if = "Option::is_none")]

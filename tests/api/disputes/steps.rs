@@ -46,7 +46,20 @@ async fn submitted_winning_evidence_wins_the_dispute_and_gives_the_amount_back()
     assert_eq!(saved.json()["status"], "needs_response");
     assert_eq!(app.simulator.disputes.calls(), 0);
 
-    let body = json!({"evidence": {"text": "signed for: winning_evidence"}, "submit": true});
+    // A draft is kept until replaced; a submit alone sends it.
+    let draft = json!({"evidence": {"text": "signed for: winning_evidence"}});
+    let saved = app.post_dispute(&path, "ev-1b", &draft).await;
+    assert_eq!(
+        saved.json()["evidence"]["text"],
+        "signed for: winning_evidence"
+    );
+    let kept = app.post_dispute(&path, "ev-1c", &json!({})).await;
+    assert_eq!(kept.status, 200, "{}", kept.text());
+    assert_eq!(
+        kept.json()["evidence"]["text"],
+        "signed for: winning_evidence"
+    );
+    let body = json!({"submit": true});
     let submitted = app.post_dispute(&path, "ev-2", &body).await;
     assert_eq!(submitted.status, 200, "{}", submitted.text());
     assert_eq!(submitted.json()["status"], "under_review");

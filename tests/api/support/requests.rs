@@ -36,6 +36,18 @@ impl TestResponse {
     }
 
     /// Asserts a problem+json answer with this status and code.
+    /// A dashboard page with this status that says `text`.
+    pub fn assert_html(&self, status: u16, text: &str) {
+        assert_eq!(self.status.as_u16(), status, "body: {}", self.text());
+        assert!(
+            self.header("content-type")
+                .is_some_and(|t| t.starts_with("text/html")),
+            "{:?}",
+            self.header("content-type")
+        );
+        assert!(self.text().contains(text), "{text} not in: {}", self.text());
+    }
+
     pub fn assert_problem(&self, status: u16, code: &str) -> Value {
         assert_eq!(self.status.as_u16(), status, "body: {}", self.text());
         assert_eq!(

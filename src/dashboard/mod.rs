@@ -1,0 +1,45 @@
+//! The dashboard (CONTRACT §15): pages for a merchant's people, served by the same binary,
+//! with no asset from elsewhere and no JavaScript needed.
+//!
+//! ```text
+//! GET  /dashboard                  sign-in form, or (signed in) the overview
+//! POST /dashboard/sign-in          API key → a server-side session (cookie: a random token)
+//! POST /dashboard/sign-out
+//! GET  /dashboard/payments         newest first, by status, search by id
+//! GET  /dashboard/payments/{id}    every field, the timeline, the actions
+//! POST /dashboard/payments/{id}/refund|capture|cancel
+//! GET  /dashboard/assets/app.css
+//! ```
+//!
+//! Reading and acting go through the same functions as the API: an action is the API's
+//! operation with the `Idempotency-Key` its form was drawn with, so a double click, a second
+//! submit or a reload acts once. Every form that changes something carries the session's
+//! CSRF token; every page is sent with a Content-Security-Policy that allows no inline
+//! script and no framing, and maud escapes every value it renders.
+
+mod actions;
+mod format;
+mod layout;
+mod pages;
+mod session;
+
+use actix_web::web;
+
+pub use session::SESSION_COOKIE;
+
+/// The dashboard's routes (under `/dashboard`).
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::scope("/dashboard")
+            .route("", web::get().to(pages::overview))
+            .route("/", web::get().to(pages::overview))
+            .route("/sign-in", web::post().to(session::sign_in))
+            .route("/sign-out", web::post().to(session::sign_out))
+            .route("/payments", web::get().to(pages::payments))
+            .route("/payments/{id}", web::get().to(pages::payment))
+            .route("/payments/{id}/refund", web::post().to(actions::refund))
+            .route("/payments/{id}/capture", web::post().to(actions::capture))
+            .route("/payments/{id}/cancel", web::post().to(actions::cancel))
+            .route("/assets/app.css", web::get().to(layout::stylesheet)),
+    );
+}

@@ -1,0 +1,470 @@
+//! The pages that read: the overview, the payments, a payment with its timeline and its
+//! actions. Each reads through the same rows the API reads.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use maud::{Markup, html};
+use serde::Deserialize;
+
+use super::format::money;
+use super::layout::{self, page};
+use super::session::{self, Session};
+use crate::db::payments::{self as payment_rows, ListFilter, PaymentRow};
+use crate::db::{self, DbConnection};
+use crate::domain::{PaymentId, PaymentStatus, Timestamp, format_timestamp, now};
+use crate::state::AppState;
+
+/// `GET /dashboard`: the sign-in form, or (signed in) the overview.
+pub async fn overview(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
+    let session = match session::current(&req, &state).await {
+        Ok(Some(session)) => session,
+        Ok(None) => return layout::sign_in_page(None, 200),
+        Err(response) => return response,
+    };
+    let merchant_id = session.merchant.id.clone();
+    let days = match state
+        .db
+        .run(move |conn| last_30_days(conn, &merchant_id))
+        .await
+    {
+        Ok(days) => days,
+        Err(_) => return layout::unavailable(),
+    };
+    let total: i64 = days.iter().map(|d| d.total).sum();
+    let succeeded: i64 = days.iter().map(|d| d.succeeded).sum();
+    let rate = if total > 0 {
+        format!("{:.1} %", succeeded as f64 * 100.0 / total as f64)
+    } else {
+        "–".to_owned()
+    };
+    page(
+        200,
+        "Overview",
+        Some(&session),
+        html! {
+            h1 { "Overview" }
+            div.stats {
+                div.card.stat { "Payments, 30 days" strong { (total) } }
+                div.card.stat { "Succeeded" strong { (succeeded) } }
+                div.card.stat { "Success rate" strong { (rate) } }
+            }
+            h2 { "Payments per day" }
+            (chart(&days))
+        },
+    )
+}
+
+/// One day of the overview.
+struct Day {
+    start: Timestamp,
+    total: i64,
+    succeeded: i64,
+}
+
+/// Payments per day for the last 30 days. Ids are time-ordered (UUIDv7), so a day is a range
+/// of ids on the `(merchant_id, id)` index.
+fn last_30_days(conn: &mut DbConnection, merchant_id: &str) -> diesel::QueryResult<Vec<Day>> {
+    use crate::db::schema::payments;
+    use diesel::dsl::count_star;
+    use diesel::prelude::*;
+    let today = now().date().and_hms_opt(0, 0, 0).unwrap_or_else(now);
+    let id_at = |t: Timestamp| {
+        let ms = t.and_utc().timestamp_millis().max(0) as u64;
+        format!("{}{ms:012x}", PaymentId::PREFIX)
+    };
+    (0..30)
+        .rev()
+        .map(|back| {
+            let start = today - chrono::Duration::days(back);
+            let end = start + chrono::Duration::days(1);
+            let counts: Vec<(String, i64)> = payments::table
+                .filter(payments::merchant_id.eq(merchant_id))
+                .filter(payments::id.ge(id_at(start)))
+                .filter(payments::id.lt(id_at(end)))
+                .group_by(payments::status)
+                .select((payments::status, count_star()))
+                .load(conn)?;
+            Ok(Day {
+                start,
+                total: counts.iter().map(|(_, n)| n).sum(),
+                succeeded: counts
+                    .iter()
+                    .filter(|(s, _)| s == PaymentStatus::Succeeded.as_str())
+                    .map(|(_, n)| n)
+                    .sum(),
+            })
+        })
+        .collect()
+}
+
+/// The days as an SVG bar chart drawn here (no script): all payments grey, succeeded blue.
+fn chart(days: &[Day]) -> Markup {
+    let most = days.iter().map(|d| d.total).max().unwrap_or(0).max(1);
+    let (width, height, bar) = (600, 160, 20);
+    let scale = |n: i64| (n * (height - 20) / most).max(0);
+    html! {
+        svg.chart viewBox={ "0 0 " (width) " " (height) } role="img"
+            aria-label="Payments per day over the last 30 days: all, and succeeded" {
+            @for (i, day) in days.iter().enumerate() {
+                @let x = i as i64 * bar;
+                rect x=(x + 2) y=(height - scale(day.total)) width=(bar - 4) height=(scale(day.total)) fill="#c8ced8" {
+                    title { (day.start.format("%Y-%m-%d")) ": " (day.total) " payments, " (day.succeeded) " succeeded" }
+                }
+                rect x=(x + 2) y=(height - scale(day.succeeded)) width=(bar - 4) height=(scale(day.succeeded)) fill="#1f5fbf";
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct PaymentsQuery {
+    status: Option<String>,
+    customer: Option<String>,
+    q: Option<String>,
+    starting_after: Option<String>,
+}
+
+const PAGE_SIZE: i64 = 25;
+
+/// `GET /dashboard/payments`: newest first; by status and customer; a search by payment id
+/// or idempotency key goes straight to the payment.
+pub async fn payments(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    query: web::Query<PaymentsQuery>,
+) -> HttpResponse {
+    let session = match session::require(&req, &state).await {
+        Ok(session) => session,
+        Err(response) => return response,
+    };
+    let query = query.into_inner();
+    let non_empty = |v: &Option<String>| {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
+    let search = non_empty(&query.q);
+    if let Some(search) = search {
+        let merchant_id = session.merchant.id.clone();
+        let found = state
+            .db
+            .run(move |conn| {
+                Ok(match payment_rows::find(conn, &merchant_id, &search)? {
+                    Some(p) => Some(p),
+                    None => payment_rows::find_by_idempotency_key(conn, &merchant_id, &search)?,
+                })
+            })
+            .await;
+        return match found {
+            Ok(Some(payment)) => layout::see_other(&format!("/dashboard/payments/{}", payment.id)),
+            Ok(None) => page(
+                404,
+                "Payments",
+                Some(&session),
+                html! {
+                    h1 { "Payments" }
+                    p.error role="alert" { "No payment has that id or idempotency key." }
+                    p { a href="/dashboard/payments" { "All payments" } }
+                },
+            ),
+            Err(_) => layout::unavailable(),
+        };
+    }
+    let status = non_empty(&query.status).filter(|s| PaymentStatus::parse(s).is_some());
+    let customer = non_empty(&query.customer);
+    let filter = ListFilter {
+        limit: PAGE_SIZE,
+        starting_after: non_empty(&query.starting_after),
+        status: status.clone(),
+        customer_id: customer.clone(),
+    };
+    let merchant_id = session.merchant.id.clone();
+    let listed = state
+        .db
+        .run(move |conn| payment_rows::list(conn, &merchant_id, &filter))
+        .await;
+    let rows = match listed {
+        Ok(Some(rows)) => rows,
+        Ok(None) => return layout::not_found(&session, "payment to page from"),
+        Err(_) => return layout::unavailable(),
+    };
+    let (rows, has_more) = db::page(rows, PAGE_SIZE);
+    let next = has_more.then(|| {
+        let mut link = format!(
+            "/dashboard/payments?starting_after={}",
+            rows.last().map(|p| p.id.as_str()).unwrap_or_default()
+        );
+        if let Some(status) = &status {
+            link.push_str(&format!("&status={status}"));
+        }
+        if let Some(customer) = &customer {
+            link.push_str("&customer=");
+            link.extend(percent_encoding::utf8_percent_encode(
+                customer,
+                percent_encoding::NON_ALPHANUMERIC,
+            ));
+        }
+        link
+    });
+    page(
+        200,
+        "Payments",
+        Some(&session),
+        html! {
+            h1 { "Payments" }
+            form.card role="search" method="get" action="/dashboard/payments" {
+                div {
+                    label for="q" { "Payment id or idempotency key" }
+                    input #q type="search" name="q";
+                }
+                button type="submit" { "Find" }
+            }
+            form.card method="get" action="/dashboard/payments" {
+                div {
+                    label for="status" { "Status" }
+                    select #status name="status" {
+                        option value="" { "any" }
+                        @for s in PaymentStatus::ALL {
+                            option value=(s.as_str()) selected[status.as_deref() == Some(s.as_str())] { (s.as_str()) }
+                        }
+                    }
+                }
+                div {
+                    label for="customer" { "Customer" }
+                    input #customer type="text" name="customer" value=(customer.clone().unwrap_or_default());
+                }
+                button type="submit" { "Filter" }
+            }
+            div.table-wrap {
+                table {
+                    thead { tr { th { "Payment" } th { "Amount" } th { "Status" } th { "Customer" } th { "Created" } } }
+                    tbody {
+                        @for p in &rows {
+                            tr {
+                                td { a href={ "/dashboard/payments/" (p.id) } { (p.id) } }
+                                td { (money(p.amount, &p.currency)) }
+                                td { span class={ "status " (p.status.as_str()) } { (p.status.as_str()) } }
+                                td { (p.customer_id.as_deref().unwrap_or("")) }
+                                td { (format_timestamp(p.created_at)) }
+                            }
+                        }
+                    }
+                }
+            }
+            @if rows.is_empty() { p { "No payments." } }
+            @if let Some(next) = next { p { a href=(next) { "Next page" } } }
+        },
+    )
+}
+
+/// One entry of a payment's timeline.
+struct Entry {
+    at: Timestamp,
+    text: String,
+}
+
+/// `GET /dashboard/payments/{id}`.
+pub async fn payment(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<String>,
+) -> HttpResponse {
+    let session = match session::require(&req, &state).await {
+        Ok(session) => session,
+        Err(response) => return response,
+    };
+    let notice = web::Query::<Notice>::from_query(req.query_string())
+        .ok()
+        .and_then(|q| q.into_inner().done);
+    render_payment(&state, &session, &path, 200, notice.as_deref(), None).await
+}
+
+#[derive(Deserialize)]
+struct Notice {
+    done: Option<String>,
+}
+
+/// The payment page, with a notice after an action or the problem an action met.
+pub async fn render_payment(
+    state: &AppState,
+    session: &Session,
+    id: &str,
+    status: u16,
+    notice: Option<&str>,
+    problem: Option<&str>,
+) -> HttpResponse {
+    let (merchant_id, id) = (session.merchant.id.clone(), id.to_owned());
+    let loaded = state
+        .db
+        .run(move |conn| {
+            let Some(payment) = payment_rows::find(conn, &merchant_id, &id)? else {
+                return Ok(None);
+            };
+            let timeline = timeline(conn, &merchant_id, &payment)?;
+            Ok(Some((payment, timeline)))
+        })
+        .await;
+    let (payment, timeline) = match loaded {
+        Ok(Some(found)) => found,
+        Ok(None) => return layout::not_found(session, "payment"),
+        Err(_) => return layout::unavailable(),
+    };
+    let notice = notice.and_then(|done| match done {
+        "refund" => Some("Refund requested."),
+        "capture" => Some("Capture requested."),
+        "cancel" => Some("Cancel requested."),
+        _ => None,
+    });
+    page(
+        status,
+        &payment.id,
+        Some(session),
+        html! {
+            h1 { "Payment " (payment.id) }
+            @if let Some(notice) = notice { p.notice role="status" { (notice) } }
+            @if let Some(problem) = problem { p.error role="alert" { (problem) } }
+            (fields(&payment))
+            (actions(session, &payment))
+            h2 { "Timeline" }
+            ol.timeline {
+                @for entry in &timeline {
+                    li { time { (format_timestamp(entry.at)) } (entry.text) }
+                }
+            }
+        },
+    )
+}
+
+fn fields(p: &PaymentRow) -> Markup {
+    let metadata = p.metadata.as_str();
+    html! {
+        dl.fields.card {
+            dt { "Amount" } dd { (money(p.amount, &p.currency)) }
+            dt { "Status" } dd { span class={ "status " (p.status.as_str()) } { (p.status.as_str()) } }
+            dt { "Capture method" } dd { (p.capture_method) }
+            dt { "Capturable" } dd { (money(p.amount_capturable, &p.currency)) }
+            dt { "Captured" } dd { (money(p.amount_captured, &p.currency)) }
+            dt { "Refunded" } dd { (money(p.amount_refunded, &p.currency)) }
+            dt { "Disputed" } dd { (money(p.amount_disputed, &p.currency)) }
+            dt { "Payment method" } dd { (p.payment_method) }
+            dt { "Customer" } dd { (p.customer_id.as_deref().unwrap_or("–")) }
+            dt { "Description" } dd { (p.description.as_deref().unwrap_or("–")) }
+            dt { "Metadata" } dd { code { (metadata) } }
+            dt { "Idempotency key" } dd { code { (p.idempotency_key) } }
+            dt { "Provider charge" } dd { (p.provider_charge_id.as_deref().unwrap_or("–")) }
+            dt { "Failure" } dd { (p.failure_code.as_deref().unwrap_or("–")) " " (p.failure_message.as_deref().unwrap_or("")) }
+            dt { "Cancellation reason" } dd { (p.cancellation_reason.as_deref().unwrap_or("–")) }
+            dt { "Created" } dd { (format_timestamp(p.created_at)) }
+            dt { "Updated" } dd { (format_timestamp(p.updated_at)) }
+        }
+    }
+}
+
+/// The forms of what can be done now, each with the key it will act with (made now, so
+/// sending it again acts once) and the session's CSRF token.
+fn actions(session: &Session, p: &PaymentRow) -> Markup {
+    let key = || uuid::Uuid::new_v4().simple().to_string();
+    let action = |what: &str| format!("/dashboard/payments/{}/{what}", p.id);
+    html! {
+        @if p.status == PaymentStatus::Succeeded {
+            h2 { "Refund" }
+            form.inline.card method="post" action=(action("refund")) {
+                input type="hidden" name="csrf_token" value=(session.csrf_token);
+                input type="hidden" name="idempotency_key" value=(key());
+                div {
+                    label for="refund_amount" { "Amount" }
+                    input #refund_amount type="text" name="amount" inputmode="decimal"
+                        placeholder={ "all that is left (" (p.currency.to_ascii_uppercase()) ")" };
+                }
+                button type="submit" { "Refund" }
+            }
+        }
+        @if p.status == PaymentStatus::RequiresCapture {
+            h2 { "Capture or cancel" }
+            form.inline.card method="post" action=(action("capture")) {
+                input type="hidden" name="csrf_token" value=(session.csrf_token);
+                input type="hidden" name="idempotency_key" value=(key());
+                div {
+                    label for="capture_amount" { "Amount" }
+                    input #capture_amount type="text" name="amount" inputmode="decimal"
+                        placeholder={ "all that is authorized (" (p.currency.to_ascii_uppercase()) ")" };
+                }
+                button type="submit" { "Capture" }
+            }
+            form.inline.card method="post" action=(action("cancel")) {
+                input type="hidden" name="csrf_token" value=(session.csrf_token);
+                input type="hidden" name="idempotency_key" value=(key());
+                button.secondary type="submit" { "Cancel payment" }
+            }
+        }
+    }
+}
+
+/// Everything that happened to the payment, oldest first: its creation and outcome, its
+/// refunds, disputes, captures and cancels (by their events), and its balance transactions.
+fn timeline(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+    payment: &PaymentRow,
+) -> diesel::QueryResult<Vec<Entry>> {
+    use crate::db::{disputes, events, ledger, refunds};
+    let mut entries = vec![Entry {
+        at: payment.created_at,
+        text: format!(
+            "Created: {} with {}",
+            money(payment.amount, &payment.currency),
+            payment.payment_method
+        ),
+    }];
+    let mut sources = vec![payment.id.clone()];
+    for refund in refunds::list_for_payment(conn, &payment.id, 100, None)?.unwrap_or_default() {
+        entries.push(Entry {
+            at: refund.created_at,
+            text: format!(
+                "Refund {} of {}: {}",
+                refund.id,
+                money(refund.amount, &refund.currency),
+                refund.status
+            ),
+        });
+        sources.push(refund.id);
+    }
+    for dispute in
+        disputes::list(conn, merchant_id, 100, None, None, Some(&payment.id))?.unwrap_or_default()
+    {
+        entries.push(Entry {
+            at: dispute.created_at,
+            text: format!(
+                "Dispute {} of {} ({}): {}",
+                dispute.id,
+                money(dispute.amount, &dispute.currency),
+                dispute.reason,
+                dispute.status
+            ),
+        });
+        sources.push(dispute.id);
+    }
+    for source in &sources {
+        for event in events::for_object(conn, source)? {
+            entries.push(Entry {
+                at: event.created_at,
+                text: format!("Event {}: {}", event.id, event.event_type),
+            });
+        }
+        for txn in ledger::for_source(conn, source)? {
+            entries.push(Entry {
+                at: txn.created_at,
+                text: format!(
+                    "Balance transaction {}: {} {} (fee {}, net {})",
+                    txn.id,
+                    txn.txn_type,
+                    money(txn.amount, &txn.currency),
+                    money(txn.fee, &txn.currency),
+                    money(txn.net, &txn.currency)
+                ),
+            });
+        }
+    }
+    entries.sort_by_key(|e| e.at);
+    Ok(entries)
+}

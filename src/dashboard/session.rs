@@ -1,0 +1,183 @@
+//! Signing in and out, and the session every other page needs: server-side (a row in the
+//! database, so every instance knows it), found by the hash of a random token in an
+//! `HttpOnly`, `SameSite=Strict` cookie; never the API key. It ends with `Sign out`, the
+//! key's revocation, or `DASHBOARD_SESSION_TTL_MS` without a request.
+
+use actix_web::cookie::{Cookie, SameSite};
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+
+use super::layout;
+use crate::auth::Merchant;
+use crate::db::dashboard_sessions::{self as rows, SessionRow};
+use crate::db::merchants::{find_by_api_key, hash_api_key};
+use crate::domain::{now, sha256_hex};
+use crate::state::AppState;
+
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "pa_session";
+
+/// A signed-in browser.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub merchant: Merchant,
+    /// Every form that changes something carries it.
+    pub csrf_token: String,
+    token_hash: String,
+}
+
+fn random_token() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+/// The request's live session, if it has one (its expiry slides).
+pub async fn current(req: &HttpRequest, state: &AppState) -> Result<Option<Session>, HttpResponse> {
+    let Some(token) = req.cookie(SESSION_COOKIE).map(|c| c.value().to_owned()) else {
+        return Ok(None);
+    };
+    let token_hash = sha256_hex(token.as_bytes());
+    let ttl = chrono::Duration::from_std(state.settings.dashboard_session_ttl)
+        .unwrap_or(chrono::Duration::hours(12));
+    let lookup = token_hash.clone();
+    let found = state
+        .db
+        .run(move |conn| {
+            let at = now();
+            rows::touch(conn, &lookup, at, at + ttl)
+        })
+        .await
+        .map_err(|_| layout::unavailable())?;
+    Ok(found.map(|(row, merchant)| Session {
+        merchant,
+        csrf_token: row.csrf_token,
+        token_hash,
+    }))
+}
+
+/// The session, or the way to the sign-in page.
+pub async fn require(req: &HttpRequest, state: &AppState) -> Result<Session, HttpResponse> {
+    current(req, state)
+        .await?
+        .ok_or_else(|| layout::see_other("/dashboard"))
+}
+
+/// Whether a form's `csrf_token` is the session's (else the caller answers
+/// [`layout::csrf_failed`] and does nothing).
+pub fn csrf_ok(session: &Session, given: Option<&str>) -> bool {
+    let expected = session.csrf_token.as_bytes();
+    given.is_some_and(|given| {
+        let given = given.as_bytes();
+        given.len() == expected.len()
+            && given
+                .iter()
+                .zip(expected)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    })
+}
+
+#[derive(Deserialize)]
+pub struct SignIn {
+    api_key: String,
+}
+
+/// `POST /dashboard/sign-in`: a valid key opens a session; a wrong one opens nothing and is
+/// not shown again.
+pub async fn sign_in(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    form: web::Form<SignIn>,
+) -> HttpResponse {
+    let key_hash = hash_api_key(form.api_key.trim());
+    let lookup = key_hash.clone();
+    let merchant = match state
+        .db
+        .run(move |conn| find_by_api_key(conn, &lookup))
+        .await
+    {
+        Ok(found) => found,
+        Err(_) => return layout::unavailable(),
+    };
+    let Some(merchant) = merchant else {
+        tracing::info!("dashboard sign-in refused");
+        return layout::sign_in_page(Some("That API key was not accepted."), 401);
+    };
+    let token = random_token();
+    let at = now();
+    let ttl = chrono::Duration::from_std(state.settings.dashboard_session_ttl)
+        .unwrap_or(chrono::Duration::hours(12));
+    let row = SessionRow {
+        token_hash: sha256_hex(token.as_bytes()),
+        api_key_hash: key_hash,
+        merchant_id: merchant.id.clone(),
+        csrf_token: random_token(),
+        created_at: at,
+        expires_at: at + ttl,
+    };
+    if state
+        .db
+        .run(move |conn| rows::insert(conn, &row))
+        .await
+        .is_err()
+    {
+        return layout::unavailable();
+    }
+    tracing::info!(merchant = %merchant.id, "dashboard session opened");
+    let secure = req.connection_info().scheme() == "https";
+    let cookie = Cookie::build(SESSION_COOKIE, token)
+        .path("/dashboard")
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .secure(secure)
+        .finish();
+    let mut response = layout::see_other("/dashboard");
+    if let Ok(value) = header::HeaderValue::from_str(&cookie.to_string()) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response
+}
+
+#[derive(Deserialize)]
+pub struct CsrfOnly {
+    csrf_token: Option<String>,
+}
+
+/// `POST /dashboard/sign-out`: the session ends on every instance at once.
+pub async fn sign_out(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    form: web::Form<CsrfOnly>,
+) -> HttpResponse {
+    let session = match require(&req, &state).await {
+        Ok(session) => session,
+        Err(response) => return response,
+    };
+    if !csrf_ok(&session, form.csrf_token.as_deref()) {
+        return layout::csrf_failed();
+    }
+    let token_hash = session.token_hash.clone();
+    if state
+        .db
+        .run(move |conn| rows::delete(conn, &token_hash))
+        .await
+        .is_err()
+    {
+        return layout::unavailable();
+    }
+    let mut response = layout::see_other("/dashboard");
+    let gone = Cookie::build(SESSION_COOKIE, "")
+        .path("/dashboard")
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .max_age(actix_web::cookie::time::Duration::ZERO)
+        .finish();
+    if let Ok(value) = header::HeaderValue::from_str(&gone.to_string()) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response
+}

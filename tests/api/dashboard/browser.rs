@@ -1,0 +1,1 @@
+//! The dashboard in a real Chromium (through chromedriver): added in the next step.

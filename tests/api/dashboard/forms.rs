@@ -1,0 +1,297 @@
+//! Sessions, CSRF, escaping and once-only actions, over plain HTTP.
+
+use futures_util::future::join_all;
+use serde_json::json;
+
+use super::{Visitor, input_value, manual};
+use crate::support::{spawn_app, visa};
+
+#[actix_web::test]
+async fn a_key_signs_in_a_server_side_session_that_sign_out_ends() {
+    let app = spawn_app().await;
+    let mut visitor = Visitor::new(&app);
+    let form = visitor.get("/dashboard").await;
+    assert_eq!(form.status, 200);
+    let policy = form
+        .header("content-security-policy")
+        .unwrap_or_default()
+        .to_owned();
+    assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
+    assert!(!policy.contains("unsafe-inline"), "{policy}");
+    assert!(form.text().contains("API key") && form.text().contains("Sign in"));
+
+    // A wrong key: nothing signed in, the key not shown again.
+    let wrong = "sk_test_wrong_key_do_not_echo_0001";
+    let refused = visitor.sign_in(wrong).await;
+    assert_eq!(refused.status, 401);
+    assert!(refused.header("set-cookie").is_none());
+    assert!(!refused.text().contains(wrong));
+    assert!(visitor.cookie.is_none());
+
+    let signed_in = visitor.sign_in(&app.api_key).await;
+    assert_eq!(signed_in.status, 303, "{}", signed_in.text());
+    assert_eq!(signed_in.header("location"), Some("/dashboard"));
+    let cookie = signed_in.header("set-cookie").unwrap().to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    assert!(
+        !cookie.contains(&app.api_key),
+        "the key is never the cookie"
+    );
+    let overview = visitor.get("/dashboard").await;
+    assert_eq!(overview.status, 200);
+    assert!(overview.text().contains("Overview") && overview.text().contains("Payments"));
+    assert!(
+        !overview.text().contains(&app.api_key),
+        "the key is never in a page"
+    );
+    assert!(
+        overview.text().contains("<svg"),
+        "the chart is drawn on the server"
+    );
+
+    // Signing out needs the session's CSRF token; then the session is gone.
+    visitor
+        .post("/dashboard/sign-out", &[])
+        .await
+        .assert_html(403, "csrf_failed");
+    assert_eq!(visitor.get("/dashboard/payments").await.status, 200);
+    let token = input_value(&overview.text(), "sign-out", "csrf_token");
+    let out = visitor
+        .post("/dashboard/sign-out", &[("csrf_token", &token)])
+        .await;
+    assert_eq!(out.status, 303);
+    let after = visitor.get("/dashboard/payments").await;
+    assert_eq!(after.status, 303, "signed out: back to the sign-in form");
+    assert_eq!(after.header("location"), Some("/dashboard"));
+}
+
+#[actix_web::test]
+async fn revoking_the_key_ends_its_sessions() {
+    use diesel::prelude::*;
+    use payments_api::db::merchants::{hash_api_key, revoke_api_key};
+    use payments_api::db::schema::api_keys;
+    let app = spawn_app().await;
+    let key = app.create_merchant("revocable").await;
+    let mut visitor = Visitor::new(&app);
+    assert_eq!(visitor.sign_in(&key).await.status, 303);
+    assert_eq!(visitor.get("/dashboard/payments").await.status, 200);
+    let hash = hash_api_key(&key);
+    app.state
+        .db
+        .run(move |conn| {
+            let id: String = api_keys::table
+                .filter(api_keys::key_hash.eq(&hash))
+                .select(api_keys::id)
+                .first(conn)?;
+            revoke_api_key(conn, &id)
+                .map_err(|e| diesel::result::Error::QueryBuilderError(e.to_string().into()))
+        })
+        .await
+        .unwrap();
+    assert_eq!(visitor.get("/dashboard/payments").await.status, 303);
+}
+
+#[actix_web::test]
+async fn a_refund_form_sent_many_times_refunds_once_and_a_forged_one_nothing() {
+    let app = spawn_app().await;
+    let payment = app.payment_with("dash-pay", &visa(2000)).await;
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(&app.api_key).await;
+    let page = visitor.get(&format!("/dashboard/payments/{payment}")).await;
+    assert_eq!(page.status, 200);
+    let html = page.text();
+    let csrf = input_value(&html, "/refund", "csrf_token");
+    let key = input_value(&html, "/refund", "idempotency_key");
+    let action = format!("/dashboard/payments/{payment}/refund");
+
+    // Forged: no token, a wrong one: 403, nothing done.
+    visitor
+        .post(&action, &[("idempotency_key", &key), ("amount", "5.00")])
+        .await
+        .assert_html(403, "csrf_failed");
+    visitor
+        .post(
+            &action,
+            &[
+                ("csrf_token", "forged"),
+                ("idempotency_key", &key),
+                ("amount", "5.00"),
+            ],
+        )
+        .await
+        .assert_html(403, "csrf_failed");
+    assert!(app.provider_refunds().is_empty());
+
+    // A double click (many at once), then the same form again after a reload.
+    let fields = [
+        ("csrf_token", csrf.as_str()),
+        ("idempotency_key", key.as_str()),
+        ("amount", "5.00"),
+    ];
+    let answers = join_all((0..5).map(|_| visitor.post(&action, &fields))).await;
+    for answer in &answers {
+        assert_eq!(answer.status, 303, "{}", answer.text());
+    }
+    let again = visitor.post(&action, &fields).await;
+    assert_eq!(again.status, 303);
+    let refunds = app.provider_refunds();
+    assert_eq!(refunds.len(), 1, "one refund at the provider");
+    assert_eq!(refunds[0].amount, 500);
+    assert_eq!(app.simulator.refund_calls(), 1, "one provider call");
+    let shown = visitor
+        .get(&format!("/dashboard/payments/{payment}?done=refund"))
+        .await
+        .text();
+    assert!(
+        shown.contains("Refund requested.") && shown.contains("5.00 USD"),
+        "{shown}"
+    );
+
+    // A refusal shows the problem's detail; bad input too; nothing moves.
+    let html = visitor
+        .get(&format!("/dashboard/payments/{payment}"))
+        .await
+        .text();
+    let fresh = input_value(&html, "/refund", "idempotency_key");
+    let too_much = visitor
+        .post(
+            &action,
+            &[
+                ("csrf_token", &csrf),
+                ("idempotency_key", &fresh),
+                ("amount", "99.00"),
+            ],
+        )
+        .await;
+    assert_eq!(too_much.status, 422);
+    assert!(
+        too_much.text().contains("exceeds the 1500 left to refund"),
+        "{}",
+        too_much.text()
+    );
+    let html = visitor
+        .get(&format!("/dashboard/payments/{payment}"))
+        .await
+        .text();
+    let other = input_value(&html, "/refund", "idempotency_key");
+    let bad = visitor
+        .post(
+            &action,
+            &[
+                ("csrf_token", &csrf),
+                ("idempotency_key", &other),
+                ("amount", "1.234"),
+            ],
+        )
+        .await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.text().contains("at most 2 decimals"));
+    assert_eq!(app.provider_refunds().len(), 1);
+}
+
+#[actix_web::test]
+async fn an_authorization_is_captured_or_canceled_from_its_page() {
+    let app = spawn_app().await;
+    let held = app.payment_with("dash-held", &manual(3000)).await;
+    let released = app.payment_with("dash-released", &manual(1000)).await;
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(&app.api_key).await;
+    let html = visitor
+        .get(&format!("/dashboard/payments/{held}"))
+        .await
+        .text();
+    let fields = |from: &str| {
+        (
+            input_value(&html, from, "csrf_token"),
+            input_value(&html, from, "idempotency_key"),
+        )
+    };
+    let (csrf, key) = fields("/capture");
+    let captured = visitor
+        .post(
+            &format!("/dashboard/payments/{held}/capture"),
+            &[
+                ("csrf_token", &csrf),
+                ("idempotency_key", &key),
+                ("amount", "20"),
+            ],
+        )
+        .await;
+    assert_eq!(captured.status, 303, "{}", captured.text());
+    let now = app.get(&format!("/v1/payments/{held}")).await.json();
+    assert_eq!(
+        (now["status"].as_str(), now["amount_captured"].as_i64()),
+        (Some("succeeded"), Some(2000))
+    );
+
+    let html = visitor
+        .get(&format!("/dashboard/payments/{released}"))
+        .await
+        .text();
+    let csrf = input_value(&html, "/cancel", "csrf_token");
+    let key = input_value(&html, "/cancel", "idempotency_key");
+    let canceled = visitor
+        .post(
+            &format!("/dashboard/payments/{released}/cancel"),
+            &[("csrf_token", &csrf), ("idempotency_key", &key)],
+        )
+        .await;
+    assert_eq!(canceled.status, 303);
+    assert_eq!(
+        app.get(&format!("/v1/payments/{released}")).await.json()["status"],
+        "canceled"
+    );
+    assert_eq!(app.simulator.captures().len(), 1);
+    assert_eq!(app.simulator.cancels().len(), 1);
+}
+
+#[actix_web::test]
+async fn every_value_is_shown_as_text_never_run() {
+    let app = spawn_app().await;
+    let script = "<script>alert('xss')</script>";
+    let image = "<img src=x onerror=alert(1)>";
+    let payment = app
+        .payment_with(
+            "dash-xss",
+            &json!({"amount": 700, "currency": "usd", "payment_method": "pm_card_visa",
+                "description": script, "customer_id": image, "metadata": {"note": image}}),
+        )
+        .await;
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(&app.api_key).await;
+    for path in [
+        format!("/dashboard/payments/{payment}"),
+        "/dashboard/payments".to_owned(),
+    ] {
+        let html = visitor.get(&path).await.text();
+        assert!(
+            !html.contains("<script>") && !html.contains("<img"),
+            "{path}: {html}"
+        );
+        assert!(
+            html.contains("&lt;img src=x onerror=alert(1)&gt;"),
+            "{path}"
+        );
+    }
+    let html = visitor
+        .get(&format!("/dashboard/payments/{payment}"))
+        .await
+        .text();
+    assert!(html.contains("&lt;script&gt;alert('xss')&lt;/script&gt;"));
+    // A search finds by id and by idempotency key, and answers 404 for neither.
+    let by_key = visitor.get("/dashboard/payments?q=dash-xss").await;
+    assert_eq!(
+        by_key.header("location"),
+        Some(format!("/dashboard/payments/{payment}").as_str())
+    );
+    assert_eq!(
+        visitor
+            .get("/dashboard/payments?q=nothing-like-it")
+            .await
+            .status,
+        404
+    );
+}
