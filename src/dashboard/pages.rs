@@ -97,6 +97,8 @@ fn last_30_days(conn: &mut DbConnection, merchant_id: &str) -> diesel::QueryResu
 }
 
 /// The days as an SVG bar chart drawn here (no script): all payments grey, succeeded blue.
+/// Every SVG element is closed explicitly: in HTML, `<rect>` without a closing tag swallows
+/// what follows it.
 fn chart(days: &[Day]) -> Markup {
     let most = days.iter().map(|d| d.total).max().unwrap_or(0).max(1);
     let (width, height, bar) = (600, 160, 20);
@@ -109,7 +111,7 @@ fn chart(days: &[Day]) -> Markup {
                 rect x=(x + 2) y=(height - scale(day.total)) width=(bar - 4) height=(scale(day.total)) fill="#c8ced8" {
                     title { (day.start.format("%Y-%m-%d")) ": " (day.total) " payments, " (day.succeeded) " succeeded" }
                 }
-                rect x=(x + 2) y=(height - scale(day.succeeded)) width=(bar - 4) height=(scale(day.succeeded)) fill="#1f5fbf";
+                rect x=(x + 2) y=(height - scale(day.succeeded)) width=(bar - 4) height=(scale(day.succeeded)) fill="#1f5fbf" {}
             }
         }
     }

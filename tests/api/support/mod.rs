@@ -14,6 +14,7 @@ pub mod provider;
 pub mod requests;
 pub mod service;
 pub mod wait;
+pub mod webdriver;
 
 pub use app::*;
 pub use database::*;

@@ -1,0 +1,237 @@
+//! A real browser for the tests: Debian's `chromium`, headless, driven through `chromedriver`
+//! over the W3C WebDriver protocol (a handful of JSON calls, spoken here with awc: no client
+//! crate to build).
+//!
+//! Where `chromedriver` is missing the browser tests are skipped with the reason printed,
+//! unless `BROWSER_TESTS=required` (CI sets it): then a missing browser fails them.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::wait::wait_until;
+
+/// The key WebDriver names an element by.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// `chromedriver` and one browser session of it; both end when dropped.
+pub struct Browser {
+    driver: Child,
+    base: String,
+    session: String,
+    client: awc::Client,
+}
+
+/// An element of the current page.
+#[derive(Debug, Clone)]
+pub struct Element(String);
+
+fn find_program(name: &str) -> Option<String> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
+impl Browser {
+    /// A headless Chromium at 1280×800, or `None` (with the reason printed) where there is
+    /// no chromedriver and browser tests are not required.
+    pub async fn start() -> Option<Self> {
+        let required = std::env::var("BROWSER_TESTS").is_ok_and(|v| v == "required");
+        let (Some(driver), Some(chromium)) =
+            (find_program("chromedriver"), find_program("chromium"))
+        else {
+            assert!(
+                !required,
+                "BROWSER_TESTS=required but chromedriver or chromium is not installed \
+                 (Debian: apt-get install -y chromium chromium-driver)"
+            );
+            super::skip(
+                "no chromedriver/chromium on PATH (Debian: apt-get install -y chromium chromium-driver)",
+            );
+            return None;
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts");
+        let base = format!("http://127.0.0.1:{port}");
+        let client = awc::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .finish();
+        let status = format!("{base}/status");
+        wait_until(Duration::from_secs(20), "chromedriver is ready", || {
+            let request = client.get(&status).send();
+            async move { request.await.is_ok_and(|r| r.status().is_success()) }
+        })
+        .await;
+        let capabilities = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1280,800",
+                         "--hide-scrollbars", "--force-device-scale-factor=1"]
+            }
+        }}});
+        let mut response = client
+            .post(format!("{base}/session"))
+            .send_json(&capabilities)
+            .await
+            .expect("a browser session");
+        let body: Value = response.json().limit(1 << 20).await.expect("json");
+        let session = body["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {body}"))
+            .to_owned();
+        Some(Self {
+            driver: child,
+            base,
+            session,
+            client,
+        })
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let url = format!("{}/session/{}{path}", self.base, self.session);
+        let request = match method {
+            "GET" => self.client.get(&url),
+            "DELETE" => self.client.delete(&url),
+            _ => self.client.post(&url),
+        };
+        let mut response = match body {
+            Some(body) => request.send_json(&body).await,
+            None if method == "POST" => request.send_json(&json!({})).await,
+            None => request.send().await,
+        }
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = response.status();
+        let value: Value = response.json().limit(64 << 20).await.expect("json");
+        assert!(status.is_success(), "{method} {path}: {status} {value}");
+        value["value"].clone()
+    }
+
+    pub async fn goto(&self, url: &str) {
+        self.call("POST", "/url", Some(json!({"url": url}))).await;
+    }
+
+    pub async fn url(&self) -> String {
+        self.call("GET", "/url", None)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    pub async fn find(&self, css: &str) -> Element {
+        let found = self
+            .call(
+                "POST",
+                "/element",
+                Some(json!({"using": "css selector", "value": css})),
+            )
+            .await;
+        Element(
+            found[ELEMENT]
+                .as_str()
+                .unwrap_or_else(|| panic!("no element {css}"))
+                .to_owned(),
+        )
+    }
+
+    pub async fn type_into(&self, element: &Element, text: &str) {
+        let path = format!("/element/{}/value", element.0);
+        self.call("POST", &path, Some(json!({"text": text}))).await;
+    }
+
+    pub async fn click(&self, element: &Element) {
+        self.call("POST", &format!("/element/{}/click", element.0), None)
+            .await;
+    }
+
+    /// Runs `script` in the page (arguments as `arguments[n]`) and returns what it returns.
+    pub async fn script(&self, script: &str) -> Value {
+        self.call(
+            "POST",
+            "/execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+        .await
+    }
+
+    /// Presses keys (WebDriver key codes: "\u{E004}" is Tab, "\u{E007}" Enter).
+    pub async fn keys(&self, keys: &str) {
+        let actions: Vec<Value> = keys
+            .chars()
+            .flat_map(|c| {
+                [
+                    json!({"type": "keyDown", "value": c.to_string()}),
+                    json!({"type": "keyUp", "value": c.to_string()}),
+                ]
+            })
+            .collect();
+        self.call(
+            "POST",
+            "/actions",
+            Some(json!({"actions": [{"type": "key", "id": "keyboard", "actions": actions}]})),
+        )
+        .await;
+    }
+
+    pub async fn resize(&self, width: u32, height: u32) {
+        self.call(
+            "POST",
+            "/window/rect",
+            Some(json!({"width": width, "height": height})),
+        )
+        .await;
+    }
+
+    /// A PNG of the window.
+    pub async fn screenshot(&self) -> Vec<u8> {
+        use base64::Engine;
+        let encoded = self.call("GET", "/screenshot", None).await;
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded.as_str().unwrap_or_default())
+            .expect("a PNG")
+    }
+
+    /// The page's text, as a person reads it.
+    pub async fn text(&self) -> String {
+        self.script("return document.body.innerText;")
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+impl Drop for Browser {
+    /// Ends the browser session (so chromedriver closes Chromium), then chromedriver. A plain
+    /// blocking request: a drop cannot wait on the runtime.
+    fn drop(&mut self) {
+        use std::io::{Read, Write};
+        let address = self.base.trim_start_matches("http://").to_owned();
+        if let Ok(mut stream) = std::net::TcpStream::connect(&address) {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+            let request = format!(
+                "DELETE /session/{} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n",
+                self.session
+            );
+            if stream.write_all(request.as_bytes()).is_ok() {
+                let mut answer = Vec::new();
+                let _ = stream.read_to_end(&mut answer);
+            }
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
