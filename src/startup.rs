@@ -198,6 +198,7 @@ fn start_background_tasks(state: &AppState) {
         .spawn(state);
     crate::reconcile::spawn_scheduled(state);
     crate::reconcile::spawn_metrics(state);
+    crate::dashboard::spawn_session_cleanup(state);
     inbound::spawn_retention_task(state);
     crate::events::spawn_retention_task(state);
     crate::deliveries::spawn_worker(state);

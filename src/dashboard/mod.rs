@@ -27,6 +27,28 @@ use actix_web::web;
 
 pub use session::SESSION_COOKIE;
 
+/// Drops expired dashboard sessions every ten minutes (they are refused anyway; this keeps
+/// the table small).
+pub fn spawn_session_cleanup(state: &crate::state::AppState) {
+    let worker = state.clone();
+    let every = std::time::Duration::from_secs(600);
+    state
+        .shutdown
+        .spawn_periodic("dashboard sessions", every, every, move || {
+            let state = worker.clone();
+            async move {
+                let at = crate::domain::now();
+                let dropped = state
+                    .db
+                    .run(move |conn| crate::db::dashboard_sessions::delete_expired(conn, at))
+                    .await;
+                if let Err(e) = dropped {
+                    tracing::debug!(error = %e, "could not drop expired dashboard sessions");
+                }
+            }
+        });
+}
+
 /// The dashboard's routes (under `/dashboard`).
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(

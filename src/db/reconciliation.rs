@@ -186,83 +186,58 @@ pub fn unmatched_charges(
         .collect())
 }
 
-/// Succeeded refunds that became final in `[from, to)`, unmatched (as above).
-pub fn unmatched_refunds(
-    conn: &mut DbConnection,
-    run_id: &str,
-    (from, to): (Timestamp, Timestamp),
-    after: &str,
-    limit: i64,
-) -> QueryResult<Vec<OurMove>> {
-    let matched = reconciliation_seen::table
-        .filter(reconciliation_seen::run_id.eq(run_id))
-        .filter(reconciliation_seen::movement_type.eq("refund"))
-        .filter(reconciliation_seen::reference.eq(refunds::id));
-    let rows: Vec<(String, i64, String, Timestamp)> = refunds::table
-        .filter(refunds::status.eq(RefundStatus::Succeeded.as_str()))
-        .filter(refunds::updated_at.ge(from))
-        .filter(refunds::updated_at.lt(to))
-        .filter(refunds::id.gt(after))
-        .filter(not(exists(matched)))
-        .order(refunds::id.asc())
-        .limit(limit)
-        .select((
-            refunds::id,
-            refunds::amount,
-            refunds::currency,
-            refunds::updated_at,
-        ))
-        .load(conn)?;
-    Ok(rows
-        .into_iter()
-        .map(|(reference, amount, currency, at)| OurMove {
-            movement_type: "refund",
-            reference,
-            amount,
-            currency,
-            at,
-        })
-        .collect())
+/// Defines `$name`: the rows of `$table` in status `$status` that became final (their last
+/// update) in `[from, to)` and that run `run_id` matched no `$movement` to, after `after` by
+/// id, at most `limit`: refunds that succeeded, payouts that were paid.
+macro_rules! unmatched_final {
+    ($name:ident, $table:ident, $status:expr, $movement:literal) => {
+        pub fn $name(
+            conn: &mut DbConnection,
+            run_id: &str,
+            (from, to): (Timestamp, Timestamp),
+            after: &str,
+            limit: i64,
+        ) -> QueryResult<Vec<OurMove>> {
+            let matched = reconciliation_seen::table
+                .filter(reconciliation_seen::run_id.eq(run_id))
+                .filter(reconciliation_seen::movement_type.eq($movement))
+                .filter(reconciliation_seen::reference.eq($table::id));
+            let rows: Vec<(String, i64, String, Timestamp)> = $table::table
+                .filter($table::status.eq($status.as_str()))
+                .filter($table::updated_at.ge(from))
+                .filter($table::updated_at.lt(to))
+                .filter($table::id.gt(after))
+                .filter(not(exists(matched)))
+                .order($table::id.asc())
+                .limit(limit)
+                .select((
+                    $table::id,
+                    $table::amount,
+                    $table::currency,
+                    $table::updated_at,
+                ))
+                .load(conn)?;
+            Ok(rows
+                .into_iter()
+                .map(|(reference, amount, currency, at)| OurMove {
+                    movement_type: $movement,
+                    reference,
+                    amount,
+                    currency,
+                    at,
+                })
+                .collect())
+        }
+    };
 }
 
-/// Paid payouts that became final in `[from, to)`, unmatched (as above).
-pub fn unmatched_payouts(
-    conn: &mut DbConnection,
-    run_id: &str,
-    (from, to): (Timestamp, Timestamp),
-    after: &str,
-    limit: i64,
-) -> QueryResult<Vec<OurMove>> {
-    let matched = reconciliation_seen::table
-        .filter(reconciliation_seen::run_id.eq(run_id))
-        .filter(reconciliation_seen::movement_type.eq("payout"))
-        .filter(reconciliation_seen::reference.eq(payouts::id));
-    let rows: Vec<(String, i64, String, Timestamp)> = payouts::table
-        .filter(payouts::status.eq(PayoutStatus::Paid.as_str()))
-        .filter(payouts::updated_at.ge(from))
-        .filter(payouts::updated_at.lt(to))
-        .filter(payouts::id.gt(after))
-        .filter(not(exists(matched)))
-        .order(payouts::id.asc())
-        .limit(limit)
-        .select((
-            payouts::id,
-            payouts::amount,
-            payouts::currency,
-            payouts::updated_at,
-        ))
-        .load(conn)?;
-    Ok(rows
-        .into_iter()
-        .map(|(reference, amount, currency, at)| OurMove {
-            movement_type: "payout",
-            reference,
-            amount,
-            currency,
-            at,
-        })
-        .collect())
-}
+unmatched_final!(
+    unmatched_refunds,
+    refunds,
+    RefundStatus::Succeeded,
+    "refund"
+);
+unmatched_final!(unmatched_payouts, payouts, PayoutStatus::Paid, "payout");
 
 /// Disputes opened (`dispute`) or won (`dispute_reversal`) in `[from, to)` by their balance
 /// transaction, unmatched (as above; the movement names the disputed payment). Paged by

@@ -1,54 +1,10 @@
 //! `payments-api reconcile`: its lines, its summary, its exit codes, and the metric every
 //! instance shows.
 
-use std::process::Command;
 use std::time::Duration;
 
-use crate::support::{
-    ServiceProcess, TestDatabase, pass_database_settings, spawn_provider, test_client, visa,
-    wait_until,
-};
-
-/// `payments-api reconcile` over the last hour against `provider_url`: exit code, stdout
-/// (and stderr, if any). Run off the test's thread, which serves the provider.
-async fn reconcile_command(database_url: &str, provider_url: &str) -> (i32, String) {
-    let (database_url, provider_url) = (database_url.to_owned(), provider_url.to_owned());
-    actix_web::rt::task::spawn_blocking(move || run_command(&database_url, &provider_url))
-        .await
-        .expect("the command ran")
-}
-
-fn run_command(database_url: &str, provider_url: &str) -> (i32, String) {
-    let at = |t: chrono::NaiveDateTime| t.and_utc().to_rfc3339();
-    let now = chrono::Utc::now().naive_utc();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_payments-api"));
-    command
-        .args([
-            "reconcile",
-            "--from",
-            &at(now - chrono::Duration::hours(1)),
-            "--to",
-            &at(now + chrono::Duration::minutes(1)),
-        ])
-        .env_clear()
-        .env("DATABASE_URL", database_url)
-        .env("PROVIDER_URL", provider_url);
-    pass_database_settings(&mut command);
-    let output = command.output().expect("run payments-api reconcile");
-    let out = String::from_utf8_lossy(&output.stdout).into_owned();
-    let err = String::from_utf8_lossy(&output.stderr);
-    (
-        output.status.code().unwrap_or(-1),
-        format!(
-            "{out}{}",
-            if err.is_empty() {
-                String::new()
-            } else {
-                format!("[stderr] {err}")
-            }
-        ),
-    )
-}
+use super::reconcile_command;
+use crate::support::{ServiceProcess, TestDatabase, spawn_provider, test_client, visa, wait_until};
 
 #[actix_web::test]
 async fn the_command_prints_each_discrepancy_exits_3_and_every_instance_counts_them() {

@@ -2,7 +2,6 @@
 //! (refused and dropped calls), finished by retries, webhooks and recovery; then the books
 //! agree: `payments-api reconcile` finds nothing.
 
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -13,9 +12,7 @@ use payments_api::provider::sim::{RetryPolicy, Simulator, WebhookDelivery};
 use payments_api::signing::WebhookSecret;
 use serde_json::{Value, json};
 
-use crate::support::{
-    TEST_WEBHOOK_SECRET, TestApp, pass_database_settings, spawn_app_with_provider_url, wait_for,
-};
+use crate::support::{TEST_WEBHOOK_SECRET, TestApp, spawn_app_with_provider_url, wait_for};
 
 /// Moves money of every kind, each request retried with its key until it is final.
 async fn settle(app: &TestApp, path: &str, key: &str, body: &Value) -> Value {
@@ -201,34 +198,13 @@ async fn after_faults_and_recovery_the_books_agree() {
     })
     .await;
 
-    let at = |t: chrono::NaiveDateTime| t.and_utc().to_rfc3339();
-    let now = chrono::Utc::now().naive_utc();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_payments-api"));
-    command
-        .args([
-            "reconcile",
-            "--from",
-            &at(now - chrono::Duration::minutes(30)),
-            "--to",
-            &at(now + chrono::Duration::minutes(1)),
-        ])
-        .env_clear()
-        .env("DATABASE_URL", &app.state.settings.database_url)
-        .env("PROVIDER_URL", &provider_url);
-    pass_database_settings(&mut command);
-    // Off the test's thread, which serves the provider.
-    let output = actix_web::rt::task::spawn_blocking(move || command.output())
-        .await
-        .expect("the command ran")
-        .expect("run payments-api reconcile");
-    let out = String::from_utf8_lossy(&output.stdout);
+    let (code, out) =
+        super::reconcile_command(&app.state.settings.database_url, &provider_url).await;
     let movements = simulator.settlements.len();
     assert!(movements >= 12, "{movements} movements");
     assert_eq!(
         out.trim(),
-        format!("reconciled: {movements} matched, 0 discrepancies"),
-        "stderr: {}",
-        String::from_utf8_lossy(&output.stderr)
+        format!("reconciled: {movements} matched, 0 discrepancies")
     );
-    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(code, 0);
 }

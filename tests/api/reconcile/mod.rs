@@ -17,6 +17,40 @@ use serde_json::json;
 
 use crate::support::{TestApp, spawn_app, visa};
 
+/// `payments-api reconcile` over the last hour against `provider_url`: exit code, stdout
+/// (and stderr, if any, marked). Run off the test's thread, which may serve the provider.
+pub(super) async fn reconcile_command(database_url: &str, provider_url: &str) -> (i32, String) {
+    let (database_url, provider_url) = (database_url.to_owned(), provider_url.to_owned());
+    actix_web::rt::task::spawn_blocking(move || {
+        let at = |t: chrono::NaiveDateTime| t.and_utc().to_rfc3339();
+        let now = chrono::Utc::now().naive_utc();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_payments-api"));
+        command
+            .args([
+                "reconcile",
+                "--from",
+                &at(now - chrono::Duration::hours(1)),
+                "--to",
+                &at(now + chrono::Duration::minutes(1)),
+            ])
+            .env_clear()
+            .env("DATABASE_URL", &database_url)
+            .env("PROVIDER_URL", &provider_url);
+        crate::support::pass_database_settings(&mut command);
+        let output = command.output().expect("run payments-api reconcile");
+        let out = String::from_utf8_lossy(&output.stdout).into_owned();
+        let err = String::from_utf8_lossy(&output.stderr);
+        let err = if err.is_empty() {
+            String::new()
+        } else {
+            format!("[stderr] {err}")
+        };
+        (output.status.code().unwrap_or(-1), format!("{out}{err}"))
+    })
+    .await
+    .expect("the command ran")
+}
+
 /// A provider whose settlement report is a script (served two movements a page, to cross
 /// pages); it moves no money.
 #[derive(Default)]
