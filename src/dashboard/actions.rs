@@ -9,10 +9,13 @@ use super::format::parse_major;
 use super::layout;
 use super::pages::render_payment;
 use super::session::{self, Session};
-use crate::domain::{IdempotencyKey, PaymentId};
+use crate::disputes::request::DisputeEvidence;
+use crate::disputes::step::{close_dispute, update_dispute};
+use crate::domain::{DisputeId, IdempotencyKey, PaymentId};
 use crate::error::ApiError;
 use crate::idempotency::Answer;
 use crate::payments::authorization::{self, NewCancel, NewCapture, Requested};
+use crate::payouts::{self, NewPayout};
 use crate::refunds::{self, NewRefund};
 use crate::state::AppState;
 
@@ -22,6 +25,68 @@ pub struct ActionForm {
     idempotency_key: Option<String>,
     #[serde(default)]
     amount: String,
+    #[serde(default)]
+    text: String,
+    #[serde(default)]
+    destination: String,
+    #[serde(default)]
+    currency: String,
+}
+
+/// How an action ended.
+pub(super) enum Acted {
+    /// Done (or accepted, still running): go back to the page.
+    Done,
+    /// Refused: the page again, with the problem's status and `detail`.
+    Refused(Session, u16, String),
+    /// No session, a forged form, the database away: this answer.
+    Answered(HttpResponse),
+}
+
+/// Runs one action of a signed-in session: the CSRF token checked, the form's key parsed,
+/// then `perform` (the API's operation with that key).
+pub(super) async fn run_action<F, Fut>(
+    state: &AppState,
+    req: &HttpRequest,
+    form: &ActionForm,
+    perform: F,
+) -> Acted
+where
+    F: FnOnce(Session, IdempotencyKey) -> Fut,
+    Fut: std::future::Future<Output = Result<Answer, ApiError>>,
+{
+    let session = match session::require(req, state).await {
+        Ok(session) => session,
+        Err(response) => return Acted::Answered(response),
+    };
+    if !session::csrf_ok(&session, form.csrf_token.as_deref()) {
+        return Acted::Answered(layout::csrf_failed());
+    }
+    let key = match form
+        .idempotency_key
+        .as_deref()
+        .ok_or(ApiError::IdempotencyKeyMissing)
+        .and_then(|k| IdempotencyKey::parse(k.as_bytes()).map_err(ApiError::IdempotencyKeyInvalid))
+    {
+        Ok(key) => key,
+        Err(e) => return refused(session, &e),
+    };
+    match perform(session.clone(), key).await {
+        Ok(answer) if answer.status < 300 => Acted::Done,
+        Ok(answer) => {
+            let detail = serde_json::from_str::<serde_json::Value>(&answer.body)
+                .ok()
+                .and_then(|p| p["detail"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| "the action was refused".to_owned());
+            Acted::Refused(session, answer.status, detail)
+        }
+        Err(e) => refused(session, &e),
+    }
+}
+
+fn refused(session: Session, e: &ApiError) -> Acted {
+    let status = actix_web::ResponseError::status_code(e).as_u16();
+    Acted::Refused(session, status, e.to_string())
 }
 
 pub async fn refund(
@@ -30,7 +95,7 @@ pub async fn refund(
     path: web::Path<String>,
     form: web::Form<ActionForm>,
 ) -> HttpResponse {
-    act(&state, &req, &path, form.into_inner(), "refund").await
+    on_payment(&state, &req, &path, form.into_inner(), "refund").await
 }
 
 pub async fn capture(
@@ -39,7 +104,7 @@ pub async fn capture(
     path: web::Path<String>,
     form: web::Form<ActionForm>,
 ) -> HttpResponse {
-    act(&state, &req, &path, form.into_inner(), "capture").await
+    on_payment(&state, &req, &path, form.into_inner(), "capture").await
 }
 
 pub async fn cancel(
@@ -48,59 +113,41 @@ pub async fn cancel(
     path: web::Path<String>,
     form: web::Form<ActionForm>,
 ) -> HttpResponse {
-    act(&state, &req, &path, form.into_inner(), "cancel").await
+    on_payment(&state, &req, &path, form.into_inner(), "cancel").await
 }
 
-async fn act(
+async fn on_payment(
     state: &AppState,
     req: &HttpRequest,
     id: &str,
     form: ActionForm,
     what: &'static str,
 ) -> HttpResponse {
-    let session = match session::require(req, state).await {
-        Ok(session) => session,
-        Err(response) => return response,
-    };
-    if !session::csrf_ok(&session, form.csrf_token.as_deref()) {
-        return layout::csrf_failed();
-    }
-    match perform(state, &session, id, &form, what).await {
-        Ok(answer) if answer.status < 300 => {
-            layout::see_other(&format!("/dashboard/payments/{id}?done={what}"))
+    let form = &form;
+    let acted = run_action(state, req, form, |session, key| async move {
+        perform(state, &session, id, form, key, what).await
+    })
+    .await;
+    match acted {
+        Acted::Done => layout::see_other(&format!("/dashboard/payments/{id}?done={what}")),
+        Acted::Refused(session, status, detail) => {
+            render_payment(state, &session, id, status, None, Some(&detail)).await
         }
-        Ok(answer) => {
-            let detail = serde_json::from_str::<serde_json::Value>(&answer.body)
-                .ok()
-                .and_then(|p| p["detail"].as_str().map(str::to_owned))
-                .unwrap_or_else(|| "the action was refused".to_owned());
-            render_payment(state, &session, id, answer.status, None, Some(&detail)).await
-        }
-        Err(ApiError::NotFound(_)) => layout::not_found(&session, "payment"),
-        Err(e) => {
-            let status = actix_web::ResponseError::status_code(&e).as_u16();
-            render_payment(state, &session, id, status, None, Some(&e.to_string())).await
-        }
+        Acted::Answered(response) => response,
     }
 }
 
-/// Runs the action as the API would (the same parse, the same operation).
+/// Runs the payment's action as the API would (the same parse, the same operation).
 async fn perform(
     state: &AppState,
     session: &Session,
     id: &str,
     form: &ActionForm,
+    key: IdempotencyKey,
     what: &'static str,
 ) -> Result<Answer, ApiError> {
     let payment_id =
         PaymentId::parse(id).ok_or_else(|| ApiError::NotFound("no such payment".to_owned()))?;
-    let key = form
-        .idempotency_key
-        .as_deref()
-        .ok_or(ApiError::IdempotencyKeyMissing)
-        .and_then(|k| {
-            IdempotencyKey::parse(k.as_bytes()).map_err(ApiError::IdempotencyKeyInvalid)
-        })?;
     let currency = {
         let (merchant_id, id) = (session.merchant.id.clone(), id.to_owned());
         state
@@ -110,13 +157,7 @@ async fn perform(
             .ok_or_else(|| ApiError::NotFound("no such payment".to_owned()))?
             .currency
     };
-    let amount =
-        parse_major(&form.amount, &currency).map_err(|e| ApiError::invalid("amount", e))?;
-    let body = match amount {
-        Some(amount) => serde_json::json!({"amount": amount}),
-        None => serde_json::json!({}),
-    }
-    .to_string();
+    let body = amount_body(&form.amount, &currency)?;
     let merchant = &session.merchant;
     match what {
         "refund" => {
@@ -131,5 +172,100 @@ async fn perform(
             let requested = Requested::Cancel(NewCancel::parse(b"{}")?);
             authorization::operate(state, merchant, payment_id, key, requested, None).await
         }
+    }
+}
+
+/// `{"amount": <minor units>}` from the form's major units, or `{}` when empty.
+fn amount_body(amount: &str, currency: &str) -> Result<String, ApiError> {
+    let amount = parse_major(amount, currency).map_err(|e| ApiError::invalid("amount", e))?;
+    Ok(match amount {
+        Some(amount) => serde_json::json!({"amount": amount}),
+        None => serde_json::json!({}),
+    }
+    .to_string())
+}
+
+/// `POST /dashboard/disputes/{id}/evidence`: saves and submits the evidence.
+pub async fn submit_evidence(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<String>,
+    form: web::Form<ActionForm>,
+) -> HttpResponse {
+    let form = form.into_inner();
+    let acted = run_action(&state, &req, &form, |session, key| {
+        let state = &state;
+        let body = serde_json::json!({"evidence": {"text": form.text}, "submit": true}).to_string();
+        async move {
+            let id = DisputeId::parse(&path)
+                .ok_or_else(|| ApiError::NotFound("no such dispute".to_owned()))?;
+            let evidence = DisputeEvidence::parse(body.as_bytes())?;
+            update_dispute(state, &session.merchant, id, key, evidence, None).await
+        }
+    })
+    .await;
+    after_dispute(&state, acted, "evidence").await
+}
+
+/// `POST /dashboard/disputes/{id}/accept`: accepts the loss.
+pub async fn accept_dispute(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<String>,
+    form: web::Form<ActionForm>,
+) -> HttpResponse {
+    let form = form.into_inner();
+    let acted = run_action(&state, &req, &form, |session, key| {
+        let state = &state;
+        async move {
+            let id = DisputeId::parse(&path)
+                .ok_or_else(|| ApiError::NotFound("no such dispute".to_owned()))?;
+            close_dispute(state, &session.merchant, id, key, None).await
+        }
+    })
+    .await;
+    after_dispute(&state, acted, "accept").await
+}
+
+async fn after_dispute(state: &AppState, acted: Acted, what: &str) -> HttpResponse {
+    match acted {
+        Acted::Done => layout::see_other(&format!("/dashboard/disputes?done={what}")),
+        Acted::Refused(session, status, detail) => {
+            super::money_pages::render_disputes(state, &session, status, None, Some(&detail)).await
+        }
+        Acted::Answered(response) => response,
+    }
+}
+
+/// `POST /dashboard/balance/payout`: a payout from the available balance.
+pub async fn pay_out(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    form: web::Form<ActionForm>,
+) -> HttpResponse {
+    let form = form.into_inner();
+    let acted = run_action(&state, &req, &form, |session, key| {
+        let state = &state;
+        let form = &form;
+        async move {
+            let currency = form.currency.trim().to_ascii_lowercase();
+            let amount = parse_major(&form.amount, &currency)
+                .map_err(|e| ApiError::invalid("amount", e))?
+                .ok_or_else(|| ApiError::invalid("amount", "`amount` is required"))?;
+            let mut body = serde_json::json!({"amount": amount, "currency": currency});
+            if !form.destination.trim().is_empty() {
+                body["destination"] = serde_json::json!(form.destination.trim());
+            }
+            let request = NewPayout::parse(body.to_string().as_bytes())?;
+            payouts::create_payout(state, &session.merchant, key, request, None).await
+        }
+    })
+    .await;
+    match acted {
+        Acted::Done => layout::see_other("/dashboard/balance?done=payout"),
+        Acted::Refused(session, status, detail) => {
+            super::money_pages::render_balance(&state, &session, status, None, Some(&detail)).await
+        }
+        Acted::Answered(response) => response,
     }
 }

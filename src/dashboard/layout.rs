@@ -41,6 +41,8 @@ pub fn page(status: u16, title: &str, session: Option<&Session>, body: Markup) -
                         nav aria-label="Main" {
                             a href="/dashboard" { "Overview" }
                             a href="/dashboard/payments" { "Payments" }
+                            a href="/dashboard/disputes" { "Disputes" }
+                            a href="/dashboard/balance" { "Balance" }
                         }
                         form.sign-out method="post" action="/dashboard/sign-out" {
                             input type="hidden" name="csrf_token" value=(session.csrf_token);

@@ -8,6 +8,10 @@
 //! GET  /dashboard/payments         newest first, by status, search by id
 //! GET  /dashboard/payments/{id}    every field, the timeline, the actions
 //! POST /dashboard/payments/{id}/refund|capture|cancel
+//! GET  /dashboard/disputes         open first, by evidence due date
+//! POST /dashboard/disputes/{id}/evidence|accept
+//! GET  /dashboard/balance          available and pending, transactions, payouts
+//! POST /dashboard/balance/payout
 //! GET  /dashboard/assets/app.css
 //! ```
 //!
@@ -20,6 +24,7 @@
 mod actions;
 mod format;
 mod layout;
+mod money_pages;
 mod pages;
 mod session;
 
@@ -62,6 +67,17 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/payments/{id}/refund", web::post().to(actions::refund))
             .route("/payments/{id}/capture", web::post().to(actions::capture))
             .route("/payments/{id}/cancel", web::post().to(actions::cancel))
+            .route("/disputes", web::get().to(money_pages::disputes))
+            .route(
+                "/disputes/{id}/evidence",
+                web::post().to(actions::submit_evidence),
+            )
+            .route(
+                "/disputes/{id}/accept",
+                web::post().to(actions::accept_dispute),
+            )
+            .route("/balance", web::get().to(money_pages::balance))
+            .route("/balance/payout", web::post().to(actions::pay_out))
             .route("/assets/app.css", web::get().to(layout::stylesheet)),
     );
 }

@@ -295,3 +295,135 @@ async fn every_value_is_shown_as_text_never_run() {
         404
     );
 }
+
+#[actix_web::test]
+async fn disputes_are_answered_and_money_paid_out_from_the_dashboard_once() {
+    use std::time::Duration;
+    let app = crate::support::spawn_app_with(|s| {
+        s.provider_async_delay = Duration::from_millis(100);
+        s.ledger.pending = Duration::ZERO;
+        s.ledger.fee_percent_bps = 0;
+        s.ledger.fee_fixed = 0;
+        s.ledger.dispute_fee = 0;
+    })
+    .await;
+    let disputed = |key: &'static str| {
+        let app = &app;
+        async move {
+            let body =
+                json!({"amount": 1000, "currency": "usd", "payment_method": "pm_card_dispute"});
+            app.payment_with(key, &body).await
+        }
+    };
+    let (won, lost) = (disputed("dash-dp-1").await, disputed("dash-dp-2").await);
+    app.payment_with("dash-funds", &visa(4000)).await;
+    let dispute_of = |payment: String| {
+        let app = &app;
+        async move {
+            crate::support::wait_for(Duration::from_secs(15), "the dispute opens", || async {
+                let list = app
+                    .get(&format!("/v1/disputes?payment_id={payment}"))
+                    .await
+                    .json();
+                list["data"][0]["id"].as_str().map(str::to_owned)
+            })
+            .await
+        }
+    };
+    let (first, second) = (dispute_of(won).await, dispute_of(lost).await);
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(&app.api_key).await;
+    let page = visitor.get("/dashboard/disputes").await;
+    assert_eq!(page.status, 200);
+    let html = page.text();
+    assert!(html.contains(&first) && html.contains(&second) && html.contains("Submit evidence"));
+
+    // Evidence submitted twice with one form: one step at the provider.
+    let evidence = format!("/dashboard/disputes/{first}/evidence");
+    let csrf = input_value(&html, &evidence, "csrf_token");
+    let key = input_value(&html, &evidence, "idempotency_key");
+    let fields = [
+        ("csrf_token", csrf.as_str()),
+        ("idempotency_key", key.as_str()),
+        ("text", "winning_evidence: signed for"),
+    ];
+    for answer in join_all((0..3).map(|_| visitor.post(&evidence, &fields))).await {
+        assert_eq!(answer.status, 303, "{}", answer.text());
+    }
+    let accept = format!("/dashboard/disputes/{second}/accept");
+    let csrf2 = input_value(&html, &accept, "csrf_token");
+    let key2 = input_value(&html, &accept, "idempotency_key");
+    assert_eq!(
+        visitor
+            .post(
+                &accept,
+                &[("csrf_token", &csrf2), ("idempotency_key", &key2)]
+            )
+            .await
+            .status,
+        303
+    );
+    assert_eq!(app.simulator.disputes.calls(), 2);
+    assert_eq!(
+        app.get(&format!("/v1/disputes/{first}")).await.json()["status"],
+        "under_review"
+    );
+    assert_eq!(
+        app.get(&format!("/v1/disputes/{second}")).await.json()["status"],
+        "lost"
+    );
+    // Forged: nothing done.
+    visitor
+        .post(&accept, &[("idempotency_key", "another")])
+        .await
+        .assert_html(403, "csrf_failed");
+
+    // The balance, and a payout made once from a form sent twice; too much is refused.
+    let page = visitor.get("/dashboard/balance").await;
+    assert_eq!(page.status, 200);
+    let html = page.text();
+    assert!(
+        html.contains("Available") && html.contains("40.00 USD"),
+        "{html}"
+    );
+    let csrf = input_value(&html, "/payout", "csrf_token");
+    let key = input_value(&html, "/payout", "idempotency_key");
+    let fields = [
+        ("csrf_token", csrf.as_str()),
+        ("idempotency_key", key.as_str()),
+        ("amount", "5.00"),
+        ("currency", "usd"),
+        ("destination", "ba_test_instant"),
+    ];
+    for _ in 0..2 {
+        assert_eq!(
+            visitor
+                .post("/dashboard/balance/payout", &fields)
+                .await
+                .status,
+            303
+        );
+    }
+    assert_eq!(app.simulator.payouts.all().len(), 1);
+    let html = visitor.get("/dashboard/balance?done=payout").await.text();
+    assert!(html.contains("Payout requested.") && html.contains("paid"));
+    let fresh = input_value(&html, "/payout", "idempotency_key");
+    let too_much = visitor
+        .post(
+            "/dashboard/balance/payout",
+            &[
+                ("csrf_token", csrf.as_str()),
+                ("idempotency_key", fresh.as_str()),
+                ("amount", "9999.00"),
+                ("currency", "usd"),
+            ],
+        )
+        .await;
+    assert_eq!(too_much.status, 422);
+    assert!(
+        too_much.text().contains("more than the"),
+        "{}",
+        too_much.text()
+    );
+    assert_eq!(app.simulator.payouts.all().len(), 1);
+}
