@@ -12,6 +12,7 @@
 //! POST /dashboard/disputes/{id}/evidence|accept
 //! GET  /dashboard/balance          available and pending, transactions, payouts
 //! POST /dashboard/balance/payout
+//! GET  /dashboard/events           newest first, by type, each event's JSON
 //! GET  /dashboard/assets/app.css
 //! ```
 //!
@@ -77,6 +78,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 web::post().to(actions::accept_dispute),
             )
             .route("/balance", web::get().to(money_pages::balance))
+            .route("/events", web::get().to(pages::events))
             .route("/balance/payout", web::post().to(actions::pay_out))
             .route("/assets/app.css", web::get().to(layout::stylesheet)),
     );

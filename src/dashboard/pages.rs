@@ -21,12 +21,20 @@ pub async fn overview(state: web::Data<AppState>, req: HttpRequest) -> HttpRespo
         Err(response) => return response,
     };
     let merchant_id = session.merchant.id.clone();
-    let days = match state
+    let loaded = state
         .db
-        .run(move |conn| last_30_days(conn, &merchant_id))
-        .await
-    {
-        Ok(days) => days,
+        .run(move |conn| {
+            let days = last_30_days(conn, &merchant_id)?;
+            let failed = failed_deliveries(conn, &merchant_id)?;
+            let mut open = crate::db::disputes::list(conn, &merchant_id, 100, None, None, None)?
+                .unwrap_or_default();
+            open.retain(|d| d.status.is_open());
+            open.sort_by_key(|d| d.evidence_due_by);
+            Ok((days, failed, open))
+        })
+        .await;
+    let (days, failed, open) = match loaded {
+        Ok(loaded) => loaded,
         Err(_) => return layout::unavailable(),
     };
     let total: i64 = days.iter().map(|d| d.total).sum();
@@ -49,6 +57,130 @@ pub async fn overview(state: web::Data<AppState>, req: HttpRequest) -> HttpRespo
             }
             h2 { "Payments per day" }
             (chart(&days))
+            h2 { "Open disputes, by evidence due date" }
+            @if open.is_empty() { p { "None." } }
+            ul {
+                @for d in &open {
+                    li {
+                        a href="/dashboard/disputes" { (d.id) } " · " (money(d.amount, &d.currency))
+                        " · " (d.status.as_str()) " · due " (format_timestamp(d.evidence_due_by))
+                    }
+                }
+            }
+            h2 { "Failed webhook deliveries" }
+            @if failed.is_empty() { p { "None." } }
+            ul {
+                @for (event_type, endpoint, code, error, at) in &failed {
+                    li {
+                        (event_type) " to " (endpoint) " · "
+                        (code.map_or("no answer".to_owned(), |c| format!("HTTP {c}")))
+                        " " (error.as_deref().unwrap_or("")) " · " (format_timestamp(*at))
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// The merchant's latest deliveries that failed for good: (event type, endpoint URL, last
+/// status code, last error, when).
+type FailedDelivery = (String, String, Option<i32>, Option<String>, Timestamp);
+
+fn failed_deliveries(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+) -> diesel::QueryResult<Vec<FailedDelivery>> {
+    use crate::db::schema::{webhook_deliveries as d, webhook_endpoints as e};
+    use crate::domain::DeliveryStatus;
+    use diesel::prelude::*;
+    d::table
+        .inner_join(e::table)
+        .filter(e::merchant_id.eq(merchant_id))
+        .filter(d::status.eq(DeliveryStatus::Failed.as_str()))
+        .order(d::created_at.desc())
+        .limit(10)
+        .select((
+            d::event_type,
+            e::url,
+            d::last_status_code,
+            d::last_error,
+            d::created_at,
+        ))
+        .load(conn)
+}
+
+#[derive(Deserialize)]
+pub struct EventsQuery {
+    #[serde(rename = "type")]
+    event_type: Option<String>,
+    starting_after: Option<String>,
+}
+
+/// `GET /dashboard/events`: the feed, newest first, by type; each event's JSON.
+pub async fn events(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    query: web::Query<EventsQuery>,
+) -> HttpResponse {
+    use crate::events::EventType;
+    let session = match session::require(&req, &state).await {
+        Ok(session) => session,
+        Err(response) => return response,
+    };
+    let query = query.into_inner();
+    let kind = query.event_type.filter(|t| EventType::parse(t).is_some());
+    let after = query.starting_after.filter(|a| !a.is_empty());
+    let (merchant_id, wanted, cursor) = (session.merchant.id.clone(), kind.clone(), after);
+    let listed = state
+        .db
+        .run(move |conn| {
+            crate::db::events::list_newest_first(
+                conn,
+                &merchant_id,
+                wanted.as_deref(),
+                cursor.as_deref(),
+                PAGE_SIZE,
+            )
+        })
+        .await;
+    let rows = match listed {
+        Ok(Some(rows)) => rows,
+        Ok(None) => return layout::not_found(&session, "event to page from"),
+        Err(_) => return layout::unavailable(),
+    };
+    let (rows, has_more) = db::page(rows, PAGE_SIZE);
+    page(
+        200,
+        "Events",
+        Some(&session),
+        html! {
+            h1 { "Events" }
+            form.card method="get" action="/dashboard/events" {
+                div {
+                    label for="type" { "Type" }
+                    select #type name="type" {
+                        option value="" { "any" }
+                        @for t in EventType::ALL {
+                            option value=(t.as_str()) selected[kind.as_deref() == Some(t.as_str())] { (t.as_str()) }
+                        }
+                    }
+                }
+                button type="submit" { "Filter" }
+            }
+            @if rows.is_empty() { p { "No events." } }
+            @for event in &rows {
+                details.card {
+                    summary { (event.event_type) " · " (event.object_id) " · " (format_timestamp(event.created_at)) }
+                    pre { code { (event.body) } }
+                }
+            }
+            @if has_more {
+                @if let Some(last) = rows.last() {
+                    p {
+                        a href={ "/dashboard/events?starting_after=" (last.id) "&type=" (kind.clone().unwrap_or_default()) } { "Next page" }
+                    }
+                }
+            }
         },
     )
 }

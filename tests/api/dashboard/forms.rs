@@ -333,6 +333,13 @@ async fn disputes_are_answered_and_money_paid_out_from_the_dashboard_once() {
     let (first, second) = (dispute_of(won).await, dispute_of(lost).await);
     let mut visitor = Visitor::new(&app);
     visitor.sign_in(&app.api_key).await;
+    let overview = visitor.get("/dashboard").await.text();
+    assert!(
+        overview.contains("Open disputes")
+            && overview.contains(&first)
+            && overview.contains(&second),
+        "{overview}"
+    );
     let page = visitor.get("/dashboard/disputes").await;
     assert_eq!(page.status, 200);
     let html = page.text();
@@ -426,4 +433,48 @@ async fn disputes_are_answered_and_money_paid_out_from_the_dashboard_once() {
         too_much.text()
     );
     assert_eq!(app.simulator.payouts.all().len(), 1);
+}
+
+#[actix_web::test]
+async fn the_events_page_shows_each_events_json_as_text_by_type() {
+    let app = spawn_app().await;
+    app.payment_with(
+        "dash-ev-1",
+        &json!({"amount": 500, "currency": "usd",
+        "payment_method": "pm_card_visa", "description": "<b>bold</b>"}),
+    )
+    .await;
+    app.payment_with(
+        "dash-ev-2",
+        &json!({"amount": 500, "currency": "usd",
+        "payment_method": "pm_card_declined"}),
+    )
+    .await;
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(&app.api_key).await;
+    let all = visitor.get("/dashboard/events").await.text();
+    assert!(all.contains("payment.succeeded") && all.contains("payment.failed"));
+    assert!(
+        all.contains("&lt;b&gt;bold&lt;/b&gt;") && !all.contains("<b>bold"),
+        "escaped JSON"
+    );
+    let failed = visitor
+        .get("/dashboard/events?type=payment.failed")
+        .await
+        .text();
+    let listed = |html: &str, kind: &str| html.matches(&format!("<summary>{kind} ")).count();
+    assert_eq!(
+        (
+            listed(&all, "payment.succeeded"),
+            listed(&all, "payment.failed")
+        ),
+        (1, 1)
+    );
+    assert_eq!(
+        (
+            listed(&failed, "payment.succeeded"),
+            listed(&failed, "payment.failed")
+        ),
+        (0, 1)
+    );
 }
