@@ -16,10 +16,31 @@ use std::time::{Duration, Instant};
 use crate::db::merchants::Merchant;
 use crate::error::ApiError;
 
-/// `None` = unlimited (`RATE_LIMIT_PER_SECOND` unset or 0).
+/// The merchants' quotas (`None` = unlimited: `RATE_LIMIT_PER_SECOND` unset or 0), and the
+/// wrong keys tried at the dashboard's sign-in per client address.
 #[derive(Clone, Default)]
 pub struct RateLimits {
     limiter: Option<Arc<Limiter>>,
+    wrong_keys: Arc<WrongKeys>,
+}
+
+/// Wrong keys allowed per second and client address when `RATE_LIMIT_PER_SECOND` is unset.
+const WRONG_KEYS_PER_SECOND: u32 = 5;
+
+/// Wrong keys per client address in the current second, on this instance.
+struct WrongKeys {
+    per_second: u32,
+    /// Only the current second's addresses are kept.
+    counts: Mutex<HashMap<std::net::IpAddr, (i64, u32)>>,
+}
+
+impl Default for WrongKeys {
+    fn default() -> Self {
+        Self {
+            per_second: WRONG_KEYS_PER_SECOND,
+            counts: Mutex::default(),
+        }
+    }
 }
 
 /// A bucket of `per_second` requests per merchant, refilled one request every
@@ -71,10 +92,36 @@ impl Limiter {
 impl RateLimits {
     /// `per_second` requests a second per merchant, with a burst of the same size.
     pub fn new(per_second: Option<u32>) -> Self {
-        let limiter = per_second
-            .filter(|&n| n > 0)
-            .map(|n| Arc::new(Limiter::new(n)));
-        Self { limiter }
+        let per_second = per_second.filter(|&n| n > 0);
+        let limiter = per_second.map(|n| Arc::new(Limiter::new(n)));
+        let wrong_keys = Arc::new(WrongKeys {
+            per_second: per_second.unwrap_or(WRONG_KEYS_PER_SECOND),
+            counts: Mutex::default(),
+        });
+        Self {
+            limiter,
+            wrong_keys,
+        }
+    }
+
+    /// Whether `client` has tried more wrong API keys this second than allowed (the
+    /// merchant quota, or 5 when unset), counting this one when `wrong`.
+    pub fn wrong_keys_exceeded(&self, client: Option<std::net::IpAddr>, wrong: bool) -> bool {
+        let Some(client) = client else {
+            return false;
+        };
+        let second = chrono::Utc::now().timestamp();
+        let mut counts = self
+            .wrong_keys
+            .counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        counts.retain(|_, (at, _)| *at == second);
+        let entry = counts.entry(client).or_insert((second, 0));
+        if wrong {
+            entry.1 = entry.1.saturating_add(1);
+        }
+        entry.1 > self.wrong_keys.per_second
     }
 
     /// Spends one request of `merchant`'s quota, or refuses with 429 `rate_limited` and

@@ -88,6 +88,24 @@ pub fn sign_in_page(message: Option<&str>, status: u16) -> HttpResponse {
     )
 }
 
+/// Too many wrong keys from one address this second: 429, try again in a second.
+pub fn too_many_attempts() -> HttpResponse {
+    let mut response = page(
+        429,
+        "Too many attempts",
+        None,
+        html! {
+            h1 { "Too many attempts" }
+            p.error role="alert" { "Too many wrong API keys from here; wait a second and try again." }
+            p { a href="/dashboard" { "Sign in" } }
+        },
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    response
+}
+
 /// A form whose CSRF token is missing or wrong: 403, nothing done.
 pub fn csrf_failed() -> HttpResponse {
     page(

@@ -93,6 +93,10 @@ pub async fn sign_in(
     req: HttpRequest,
     form: web::Form<SignIn>,
 ) -> HttpResponse {
+    let client = req.peer_addr().map(|a| a.ip());
+    if state.rate_limits.wrong_keys_exceeded(client, false) {
+        return layout::too_many_attempts();
+    }
     let key_hash = hash_api_key(form.api_key.trim());
     let lookup = key_hash.clone();
     let merchant = match state
@@ -105,6 +109,9 @@ pub async fn sign_in(
     };
     let Some(merchant) = merchant else {
         tracing::info!("dashboard sign-in refused");
+        if state.rate_limits.wrong_keys_exceeded(client, true) {
+            return layout::too_many_attempts();
+        }
         return layout::sign_in_page(Some("That API key was not accepted."), 401);
     };
     let token = random_token();

@@ -478,3 +478,21 @@ async fn the_events_page_shows_each_events_json_as_text_by_type() {
         (0, 1)
     );
 }
+
+#[actix_web::test]
+async fn wrong_keys_are_rate_limited_like_the_api() {
+    let app = crate::support::spawn_app_with(|s| s.rate_limit_per_second = Some(3)).await;
+    let visitor = Visitor::new(&app);
+    let wrong = [("api_key", "sk_test_guess_000000000000000000")];
+    let answers = join_all((0..12).map(|_| visitor.post("/dashboard/sign-in", &wrong))).await;
+    let limited = answers.iter().filter(|a| a.status == 429).count();
+    assert!(limited >= 8, "{limited} of 12 limited");
+    assert!(answers.iter().all(|a| a.status == 401 || a.status == 429));
+    let one = answers.iter().find(|a| a.status == 429).unwrap();
+    assert_eq!(one.header("retry-after"), Some("1"));
+    assert!(!one.text().contains("sk_test_guess"));
+    // A second later, the right key signs in.
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let mut visitor = visitor;
+    assert_eq!(visitor.sign_in(&app.api_key).await.status, 303);
+}
