@@ -23,9 +23,11 @@
 //! script and no framing, and maud escapes every value it renders.
 
 mod actions;
+mod events;
 mod format;
 mod layout;
 mod money_pages;
+mod overview;
 mod pages;
 mod session;
 
@@ -59,8 +61,8 @@ pub fn spawn_session_cleanup(state: &crate::state::AppState) {
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/dashboard")
-            .route("", web::get().to(pages::overview))
-            .route("/", web::get().to(pages::overview))
+            .route("", web::get().to(overview::overview))
+            .route("/", web::get().to(overview::overview))
             .route("/sign-in", web::post().to(session::sign_in))
             .route("/sign-out", web::post().to(session::sign_out))
             .route("/payments", web::get().to(pages::payments))
@@ -78,7 +80,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 web::post().to(actions::accept_dispute),
             )
             .route("/balance", web::get().to(money_pages::balance))
-            .route("/events", web::get().to(pages::events))
+            .route("/events", web::get().to(events::events))
             .route("/balance/payout", web::post().to(actions::pay_out))
             .route("/assets/app.css", web::get().to(layout::stylesheet)),
     );

@@ -1,0 +1,88 @@
+//! The events page: the feed, newest first, by type, each event's JSON shown as text.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use maud::html;
+use serde::Deserialize;
+
+use super::layout::{self, page};
+use super::pages::PAGE_SIZE;
+use super::session;
+use crate::db;
+use crate::domain::format_timestamp;
+use crate::state::AppState;
+
+#[derive(Deserialize)]
+pub struct EventsQuery {
+    #[serde(rename = "type")]
+    event_type: Option<String>,
+    starting_after: Option<String>,
+}
+
+/// `GET /dashboard/events`: the feed, newest first, by type; each event's JSON.
+pub async fn events(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    query: web::Query<EventsQuery>,
+) -> HttpResponse {
+    use crate::events::EventType;
+    let session = match session::require(&req, &state).await {
+        Ok(session) => session,
+        Err(response) => return response,
+    };
+    let query = query.into_inner();
+    let kind = query.event_type.filter(|t| EventType::parse(t).is_some());
+    let after = query.starting_after.filter(|a| !a.is_empty());
+    let (merchant_id, wanted, cursor) = (session.merchant.id.clone(), kind.clone(), after);
+    let listed = state
+        .db
+        .run(move |conn| {
+            crate::db::events::list_newest_first(
+                conn,
+                &merchant_id,
+                wanted.as_deref(),
+                cursor.as_deref(),
+                PAGE_SIZE,
+            )
+        })
+        .await;
+    let rows = match listed {
+        Ok(Some(rows)) => rows,
+        Ok(None) => return layout::not_found(&session, "event to page from"),
+        Err(_) => return layout::unavailable(),
+    };
+    let (rows, has_more) = db::page(rows, PAGE_SIZE);
+    page(
+        200,
+        "Events",
+        Some(&session),
+        html! {
+            h1 { "Events" }
+            form.card method="get" action="/dashboard/events" {
+                div {
+                    label for="type" { "Type" }
+                    select #type name="type" {
+                        option value="" { "any" }
+                        @for t in EventType::ALL {
+                            option value=(t.as_str()) selected[kind.as_deref() == Some(t.as_str())] { (t.as_str()) }
+                        }
+                    }
+                }
+                button type="submit" { "Filter" }
+            }
+            @if rows.is_empty() { p { "No events." } }
+            @for event in &rows {
+                details.card {
+                    summary { (event.event_type) " · " (event.object_id) " · " (format_timestamp(event.created_at)) }
+                    pre { code { (event.body) } }
+                }
+            }
+            @if has_more {
+                @if let Some(last) = rows.last() {
+                    p {
+                        a href={ "/dashboard/events?starting_after=" (last.id) "&type=" (kind.clone().unwrap_or_default()) } { "Next page" }
+                    }
+                }
+            }
+        },
+    )
+}
