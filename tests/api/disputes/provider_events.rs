@@ -247,3 +247,35 @@ async fn a_lost_partial_dispute_bounds_what_is_left_to_refund() {
     assert_eq!(rest.status, 201, "{}", rest.text());
     assert_eq!(rest.json()["amount"], 1500);
 }
+
+/// The same dispute opened and won by many deliveries at once (each under its own webhook
+/// id, as a provider retrying from several workers would): one dispute, one `dispute` and one
+/// `dispute_reversal`, one event of each kind.
+#[actix_web::test]
+async fn concurrent_deliveries_of_one_dispute_move_its_money_once() {
+    use futures_util::future::join_all;
+    let app = spawn_app().await;
+    let payment = app.visa_payment("pay-storm", 1800).await;
+    let created = opening("du_storm", &payment, 1800);
+    join_all((0..8).map(|_| app.provider_event("charge.dispute.created", created.clone()))).await;
+    let disputes = app.all_disputes().await;
+    assert_eq!(disputes.len(), 1, "{disputes:?}");
+    let id = disputes[0]["id"].as_str().unwrap().to_owned();
+    join_all(
+        (0..8).map(|_| app.provider_event("charge.dispute.closed", moving("du_storm", "won"))),
+    )
+    .await;
+    assert_eq!(
+        app.movements(&id).await,
+        [
+            ("dispute".to_owned(), -1800, DISPUTE_FEE),
+            ("dispute_reversal".to_owned(), 1800, 0)
+        ]
+    );
+    assert_eq!(app.events_about("dispute.created", &id).await, 1);
+    assert_eq!(app.events_about("dispute.closed", &id).await, 1);
+    assert_eq!(
+        app.payment_json(payment["id"].as_str().unwrap()).await["amount_disputed"],
+        0
+    );
+}
