@@ -43,12 +43,27 @@ pub(super) enum Acted {
     Answered(HttpResponse),
 }
 
+/// The two hidden fields of every action form (see [`layout::guard`]).
+pub(super) trait Guarded {
+    fn csrf_token(&self) -> Option<&str>;
+    fn idempotency_key(&self) -> Option<&str>;
+}
+
+impl Guarded for ActionForm {
+    fn csrf_token(&self) -> Option<&str> {
+        self.csrf_token.as_deref()
+    }
+    fn idempotency_key(&self) -> Option<&str> {
+        self.idempotency_key.as_deref()
+    }
+}
+
 /// Runs one action of a signed-in session: the CSRF token checked, the form's key parsed,
 /// then `perform` (the API's operation with that key).
 pub(super) async fn run_action<F, Fut>(
     state: &AppState,
     req: &HttpRequest,
-    form: &ActionForm,
+    form: &impl Guarded,
     perform: F,
 ) -> Acted
 where
@@ -59,12 +74,11 @@ where
         Ok(session) => session,
         Err(response) => return Acted::Answered(response),
     };
-    if !session::csrf_ok(&session, form.csrf_token.as_deref()) {
+    if !session::csrf_ok(&session, form.csrf_token()) {
         return Acted::Answered(layout::csrf_failed());
     }
     let key = match form
-        .idempotency_key
-        .as_deref()
+        .idempotency_key()
         .ok_or(ApiError::IdempotencyKeyMissing)
         .and_then(|k| IdempotencyKey::parse(k.as_bytes()).map_err(ApiError::IdempotencyKeyInvalid))
     {

@@ -61,6 +61,27 @@ pub fn page(status: u16, title: &str, session: Option<&Session>, body: Markup) -
         .body(markup.into_string())
 }
 
+/// The hidden fields every action form carries: the session's CSRF token and the
+/// `Idempotency-Key` it will act with, made now (so sending the form again acts once).
+pub fn guard(session: &Session) -> Markup {
+    html! {
+        input type="hidden" name="csrf_token" value=(session.csrf_token);
+        input type="hidden" name="idempotency_key" value=(uuid::Uuid::new_v4().simple().to_string());
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Done {
+    done: Option<String>,
+}
+
+/// The `?done=` a successful action redirects with (which notice to show).
+pub fn done(req: &actix_web::HttpRequest) -> Option<String> {
+    actix_web::web::Query::<Done>::from_query(req.query_string())
+        .ok()
+        .and_then(|q| q.into_inner().done)
+}
+
 /// `303 See Other` to `location` (after a form, so a reload does not post again).
 pub fn see_other(location: &str) -> HttpResponse {
     secured(StatusCode::SEE_OTHER)

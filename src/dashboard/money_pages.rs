@@ -3,37 +3,16 @@
 //! currency, its transactions, payouts, and a `Pay out` form).
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use maud::{Markup, html};
-use serde::Deserialize;
+use maud::html;
 
 use super::format::money;
-use super::layout::{self, page};
+use super::layout::{self, done, guard, page};
 use super::session::{self, Session};
 use crate::db::disputes::{self as dispute_rows, DisputeRow};
 use crate::db::ledger::{self as ledger_rows, ListFilter};
 use crate::db::payouts as payout_rows;
 use crate::domain::{format_timestamp, now};
 use crate::state::AppState;
-
-#[derive(Deserialize)]
-struct Done {
-    done: Option<String>,
-}
-
-fn done(req: &HttpRequest) -> Option<String> {
-    web::Query::<Done>::from_query(req.query_string())
-        .ok()
-        .and_then(|q| q.into_inner().done)
-}
-
-/// The hidden fields every action form carries: the session's CSRF token and the key it will
-/// act with (made now: sending it again acts once).
-fn guard(session: &Session) -> Markup {
-    html! {
-        input type="hidden" name="csrf_token" value=(session.csrf_token);
-        input type="hidden" name="idempotency_key" value=(uuid::Uuid::new_v4().simple().to_string());
-    }
-}
 
 /// `GET /dashboard/disputes`.
 pub async fn disputes(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {

@@ -6,7 +6,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::format::money;
-use super::layout::{self, page};
+use super::layout::{self, done, guard, page};
 use super::session::{self, Session};
 use crate::db::payments::{self as payment_rows, ListFilter, PaymentRow};
 use crate::db::{self, DbConnection};
@@ -172,15 +172,8 @@ pub async fn payment(
         Ok(session) => session,
         Err(response) => return response,
     };
-    let notice = web::Query::<Notice>::from_query(req.query_string())
-        .ok()
-        .and_then(|q| q.into_inner().done);
+    let notice = done(&req);
     render_payment(&state, &session, &path, 200, notice.as_deref(), None).await
-}
-
-#[derive(Deserialize)]
-struct Notice {
-    done: Option<String>,
 }
 
 /// The payment page, with a notice after an action or the problem an action met.
@@ -262,14 +255,12 @@ fn fields(p: &PaymentRow) -> Markup {
 /// The forms of what can be done now, each with the key it will act with (made now, so
 /// sending it again acts once) and the session's CSRF token.
 fn actions(session: &Session, p: &PaymentRow) -> Markup {
-    let key = || uuid::Uuid::new_v4().simple().to_string();
     let action = |what: &str| format!("/dashboard/payments/{}/{what}", p.id);
     html! {
         @if p.status == PaymentStatus::Succeeded {
             h2 { "Refund" }
             form.inline.card method="post" action=(action("refund")) {
-                input type="hidden" name="csrf_token" value=(session.csrf_token);
-                input type="hidden" name="idempotency_key" value=(key());
+                (guard(session))
                 div {
                     label for="refund_amount" { "Amount" }
                     input #refund_amount type="text" name="amount" inputmode="decimal"
@@ -281,8 +272,7 @@ fn actions(session: &Session, p: &PaymentRow) -> Markup {
         @if p.status == PaymentStatus::RequiresCapture {
             h2 { "Capture or cancel" }
             form.inline.card method="post" action=(action("capture")) {
-                input type="hidden" name="csrf_token" value=(session.csrf_token);
-                input type="hidden" name="idempotency_key" value=(key());
+                (guard(session))
                 div {
                     label for="capture_amount" { "Amount" }
                     input #capture_amount type="text" name="amount" inputmode="decimal"
@@ -291,8 +281,7 @@ fn actions(session: &Session, p: &PaymentRow) -> Markup {
                 button type="submit" { "Capture" }
             }
             form.inline.card method="post" action=(action("cancel")) {
-                input type="hidden" name="csrf_token" value=(session.csrf_token);
-                input type="hidden" name="idempotency_key" value=(key());
+                (guard(session))
                 button.secondary type="submit" { "Cancel payment" }
             }
         }
