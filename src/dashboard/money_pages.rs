@@ -28,7 +28,8 @@ pub async fn disputes(state: web::Data<AppState>, req: HttpRequest) -> HttpRespo
     render_disputes(&state, &session, 200, notice, None).await
 }
 
-/// The disputes page: open ones first, by evidence due date.
+/// The disputes page: every open one, the soonest evidence due date first, then the latest
+/// closed ones.
 pub async fn render_disputes(
     state: &AppState,
     session: &Session,
@@ -39,13 +40,16 @@ pub async fn render_disputes(
     let merchant_id = session.merchant.id.clone();
     let listed = state
         .db
-        .run(move |conn| dispute_rows::list(conn, &merchant_id, 100, None, None, None))
+        .run(move |conn| {
+            let mut rows = dispute_rows::by_openness(conn, &merchant_id, true, 1000)?;
+            rows.extend(dispute_rows::by_openness(conn, &merchant_id, false, 25)?);
+            Ok(rows)
+        })
         .await;
-    let mut rows: Vec<DisputeRow> = match listed {
-        Ok(rows) => rows.unwrap_or_default(),
+    let rows: Vec<DisputeRow> = match listed {
+        Ok(rows) => rows,
         Err(_) => return layout::unavailable(),
     };
-    rows.sort_by_key(|d| (!d.status.is_open(), d.evidence_due_by));
     page(
         status,
         "Disputes",

@@ -1,5 +1,6 @@
 //! The overview: the last 30 days as a chart drawn on the server, open disputes by evidence
-//! due date, the latest failed webhook deliveries.
+//! due date, the open reconciliation discrepancies of the merchant's money moves, the latest
+//! failed webhook deliveries.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use maud::{Markup, html};
@@ -24,14 +25,13 @@ pub async fn overview(state: web::Data<AppState>, req: HttpRequest) -> HttpRespo
         .run(move |conn| {
             let days = last_30_days(conn, &merchant_id)?;
             let failed = failed_deliveries(conn, &merchant_id)?;
-            let mut open = crate::db::disputes::list(conn, &merchant_id, 100, None, None, None)?
-                .unwrap_or_default();
-            open.retain(|d| d.status.is_open());
-            open.sort_by_key(|d| d.evidence_due_by);
-            Ok((days, failed, open))
+            let open = crate::db::disputes::by_openness(conn, &merchant_id, true, 10)?;
+            let discrepancies =
+                crate::db::reconciliation::open_for_merchant(conn, &merchant_id, 10)?;
+            Ok((days, failed, open, discrepancies))
         })
         .await;
-    let (days, failed, open) = match loaded {
+    let (days, failed, open, discrepancies) = match loaded {
         Ok(loaded) => loaded,
         Err(_) => return layout::unavailable(),
     };
@@ -62,6 +62,25 @@ pub async fn overview(state: web::Data<AppState>, req: HttpRequest) -> HttpRespo
                     li {
                         a href="/dashboard/disputes" { (d.id) } " · " (money(d.amount, &d.currency))
                         " · " (d.status.as_str()) " · due " (format_timestamp(d.evidence_due_by))
+                    }
+                }
+            }
+            h2 { "Open reconciliation discrepancies" }
+            @if discrepancies.is_empty() { p { "None." } }
+            ul {
+                @for d in &discrepancies {
+                    li {
+                        code { (d.kind) } " · " (d.movement_type) " "
+                        @if d.reference.starts_with(PaymentId::PREFIX) {
+                            a href={ "/dashboard/payments/" (d.reference) } { (d.reference) }
+                        } @else { (d.reference) }
+                        @if let (Some(amount), Some(currency)) = (d.expected_amount, &d.expected_currency) {
+                            " · ours " (money(amount, currency))
+                        }
+                        @if let (Some(amount), Some(currency)) = (d.found_amount, &d.found_currency) {
+                            " · provider's " (money(amount, currency))
+                        }
+                        " · since " (format_timestamp(d.first_seen_at))
                     }
                 }
             }
@@ -121,10 +140,6 @@ fn last_30_days(conn: &mut DbConnection, merchant_id: &str) -> diesel::QueryResu
     use diesel::dsl::count_star;
     use diesel::prelude::*;
     let today = now().date().and_hms_opt(0, 0, 0).unwrap_or_else(now);
-    let id_at = |t: Timestamp| {
-        let ms = t.and_utc().timestamp_millis().max(0) as u64;
-        format!("{}{ms:012x}", PaymentId::PREFIX)
-    };
     (0..30)
         .rev()
         .map(|back| {
@@ -132,8 +147,8 @@ fn last_30_days(conn: &mut DbConnection, merchant_id: &str) -> diesel::QueryResu
             let end = start + chrono::Duration::days(1);
             let counts: Vec<(String, i64)> = payments::table
                 .filter(payments::merchant_id.eq(merchant_id))
-                .filter(payments::id.ge(id_at(start)))
-                .filter(payments::id.lt(id_at(end)))
+                .filter(payments::id.ge(PaymentId::first_at(start)))
+                .filter(payments::id.lt(PaymentId::first_at(end)))
                 .group_by(payments::status)
                 .select((payments::status, count_star()))
                 .load(conn)?;

@@ -17,6 +17,10 @@ use crate::state::AppState;
 pub struct PaymentsQuery {
     status: Option<String>,
     customer: Option<String>,
+    /// Made on or after this day (`YYYY-MM-DD`, UTC).
+    from: Option<String>,
+    /// Made on or before this day.
+    to: Option<String>,
     q: Option<String>,
     starting_after: Option<String>,
 }
@@ -24,7 +28,8 @@ pub struct PaymentsQuery {
 /// Rows a list page shows.
 pub(super) const PAGE_SIZE: i64 = 25;
 
-/// `GET /dashboard/payments`: newest first; by status and customer; a search by payment id
+/// `GET /dashboard/payments`: newest first; by status, customer and days (UTC, both
+/// included); a search by payment id
 /// or idempotency key goes straight to the payment.
 pub async fn payments(
     state: web::Data<AppState>,
@@ -71,11 +76,37 @@ pub async fn payments(
     }
     let status = non_empty(&query.status).filter(|s| PaymentStatus::parse(s).is_some());
     let customer = non_empty(&query.customer);
+    let (from, to) = (non_empty(&query.from), non_empty(&query.to));
+    let day = |text: &Option<String>| match text {
+        Some(text) => chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+            .ok()
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
+            .map(Some)
+            .ok_or(()),
+        None => Ok(None),
+    };
+    let (Ok(created_from), Ok(to_day)) = (day(&from), day(&to)) else {
+        return page(
+            400,
+            "Payments",
+            Some(&session),
+            html! {
+                h1 { "Payments" }
+                p.error role="alert" { "Dates are written YYYY-MM-DD, for example 2026-11-28." }
+                p { a href="/dashboard/payments" { "All payments" } }
+            },
+        );
+    };
+    // Written back as parsed: the links and the fields carry nothing but a date.
+    let shown = |d: Option<Timestamp>| d.map(|d| d.format("%Y-%m-%d").to_string());
+    let (from, to) = (shown(created_from), shown(to_day));
     let filter = ListFilter {
         limit: PAGE_SIZE,
         starting_after: non_empty(&query.starting_after),
         status: status.clone(),
         customer_id: customer.clone(),
+        created_from,
+        created_before: to_day.map(|d| d + chrono::Duration::days(1)),
     };
     let merchant_id = session.merchant.id.clone();
     let listed = state
@@ -102,6 +133,12 @@ pub async fn payments(
                 customer,
                 percent_encoding::NON_ALPHANUMERIC,
             ));
+        }
+        // Dates as parsed above: nothing to escape.
+        for (name, value) in [("from", &from), ("to", &to)] {
+            if let Some(value) = value {
+                link.push_str(&format!("&{name}={value}"));
+            }
         }
         link
     });
@@ -131,6 +168,14 @@ pub async fn payments(
                 div {
                     label for="customer" { "Customer" }
                     input #customer type="text" name="customer" value=(customer.clone().unwrap_or_default());
+                }
+                div {
+                    label for="from" { "From" }
+                    input #from type="date" name="from" value=(from.clone().unwrap_or_default());
+                }
+                div {
+                    label for="to" { "To" }
+                    input #to type="date" name="to" value=(to.clone().unwrap_or_default());
                 }
                 button type="submit" { "Filter" }
             }
@@ -289,13 +334,14 @@ fn actions(session: &Session, p: &PaymentRow) -> Markup {
 }
 
 /// Everything that happened to the payment, oldest first: its creation and outcome, its
-/// refunds, disputes, captures and cancels (by their events), and its balance transactions.
+/// refunds, disputes, captures and cancels (by their events), the deliveries of those events
+/// to the merchant's endpoints, and its balance transactions.
 fn timeline(
     conn: &mut DbConnection,
     merchant_id: &str,
     payment: &PaymentRow,
 ) -> diesel::QueryResult<Vec<Entry>> {
-    use crate::db::{disputes, events, ledger, refunds};
+    use crate::db::{deliveries, disputes, events, ledger, refunds};
     let mut entries = vec![Entry {
         at: payment.created_at,
         text: format!(
@@ -338,6 +384,9 @@ fn timeline(
                 at: event.created_at,
                 text: format!("Event {}: {}", event.id, event.event_type),
             });
+            for delivery in deliveries::for_event(conn, &event.id)? {
+                entries.push(delivery_entry(&delivery));
+            }
         }
         for txn in ledger::for_source(conn, source)? {
             entries.push(Entry {
@@ -355,4 +404,27 @@ fn timeline(
     }
     entries.sort_by_key(|e| e.at);
     Ok(entries)
+}
+
+/// A delivery of an event in the timeline: where it went, how it stands, its last attempt.
+fn delivery_entry(d: &crate::db::deliveries::DeliveryRow) -> Entry {
+    let last = match (d.last_status_code, d.last_error.as_deref()) {
+        (Some(code), _) => format!(", last answer HTTP {code}"),
+        (None, Some(error)) => format!(", last error: {error}"),
+        (None, None) => String::new(),
+    };
+    let attempts = match d.attempts {
+        1 => "1 attempt".to_owned(),
+        n => format!("{n} attempts"),
+    };
+    Entry {
+        at: d.last_attempt_at.unwrap_or(d.created_at),
+        text: format!(
+            "Delivery {} of {} to endpoint {}: {} after {attempts}{last}",
+            d.id,
+            d.event_type,
+            d.endpoint_id,
+            d.status.as_str()
+        ),
+    }
 }

@@ -357,7 +357,7 @@ pub fn oldest_pending(conn: &mut DbConnection) -> QueryResult<Option<Timestamp>>
         .first(conn)
 }
 
-/// Every delivery of one event (tests and diagnostics).
+/// Every delivery of one event (a payment's timeline, tests).
 pub fn for_event(conn: &mut DbConnection, event_id: &str) -> QueryResult<Vec<DeliveryRow>> {
     webhook_deliveries::table
         .filter(webhook_deliveries::event_id.eq(event_id))

@@ -115,6 +115,33 @@ pub fn list(
     query.load(conn).map(Some)
 }
 
+/// A merchant's open disputes, the soonest evidence due date first (`open`), or its closed
+/// ones, newest first; at most `limit`.
+pub fn by_openness(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+    open: bool,
+    limit: i64,
+) -> QueryResult<Vec<DisputeRow>> {
+    let statuses: Vec<&str> = DisputeStatus::ALL
+        .iter()
+        .filter(|s| s.is_open() == open)
+        .map(|s| s.as_str())
+        .collect();
+    let query = disputes::table
+        .filter(disputes::merchant_id.eq(merchant_id))
+        .filter(disputes::status.eq_any(statuses))
+        .select(DisputeRow::as_select())
+        .limit(limit);
+    if open {
+        query
+            .order((disputes::evidence_due_by.asc(), disputes::id.asc()))
+            .load(conn)
+    } else {
+        query.order(disputes::id.desc()).load(conn)
+    }
+}
+
 /// Moves a dispute from `from` to `to` (the caller checked the move is legal): false if it
 /// was not `from` any more (someone else moved it first).
 pub fn move_status(

@@ -371,10 +371,34 @@ pub fn open_by_kind(conn: &mut DbConnection) -> QueryResult<Vec<(String, i64)>> 
         .load(conn)
 }
 
-/// The open discrepancies, newest first, at most `limit` (the dashboard's list).
-pub fn open(conn: &mut DbConnection, limit: i64) -> QueryResult<Vec<DiscrepancyRow>> {
+/// The open discrepancies about one merchant's money moves (a reference that is one of its
+/// payments, refunds or payouts), the newest first, at most `limit`. A provider movement
+/// naming nothing of ours belongs to no merchant: the command and the metric show those.
+pub fn open_for_merchant(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+    limit: i64,
+) -> QueryResult<Vec<DiscrepancyRow>> {
+    use super::schema::{payments, payouts, refunds};
+    let reference = reconciliation_discrepancies::reference;
+    let payment = reference.eq_any(
+        payments::table
+            .filter(payments::merchant_id.eq(merchant_id))
+            .select(payments::id),
+    );
+    let refund = reference.eq_any(
+        refunds::table
+            .filter(refunds::merchant_id.eq(merchant_id))
+            .select(refunds::id),
+    );
+    let payout = reference.eq_any(
+        payouts::table
+            .filter(payouts::merchant_id.eq(merchant_id))
+            .select(payouts::id),
+    );
     reconciliation_discrepancies::table
         .filter(reconciliation_discrepancies::resolved_at.is_null())
+        .filter(payment.or(refund).or(payout))
         .order(reconciliation_discrepancies::first_seen_at.desc())
         .limit(limit)
         .select(DiscrepancyRow::as_select())

@@ -348,6 +348,9 @@ diesel::allow_tables_to_appear_in_same_query!(reconciliation_seen, payments);
 diesel::allow_tables_to_appear_in_same_query!(reconciliation_seen, disputes);
 diesel::allow_tables_to_appear_in_same_query!(balance_transactions, payments);
 diesel::allow_tables_to_appear_in_same_query!(balance_transactions, disputes);
+diesel::allow_tables_to_appear_in_same_query!(reconciliation_discrepancies, payments);
+diesel::allow_tables_to_appear_in_same_query!(reconciliation_discrepancies, refunds);
+diesel::allow_tables_to_appear_in_same_query!(reconciliation_discrepancies, payouts);
 
 diesel::table! {
     dashboard_sessions (token_hash) {

@@ -50,6 +50,13 @@ macro_rules! prefixed_id {
                 Self(format!("{}{}", Self::PREFIX, uuid::Uuid::now_v7().simple()))
             }
 
+            /// A bound below every id made at or after `at` and above every id made before
+            /// it (a UUIDv7 starts with its millisecond): a time range is an id range.
+            pub fn first_at(at: crate::domain::Timestamp) -> String {
+                let ms = at.and_utc().timestamp_millis().max(0) as u64;
+                format!("{}{ms:012x}", Self::PREFIX)
+            }
+
             /// A syntactically valid id (a path id or cursor worth a query); whether it
             /// exists is the database's to say.
             pub fn parse(raw: &str) -> Option<Self> {

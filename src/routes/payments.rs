@@ -191,6 +191,7 @@ pub async fn list(
         starting_after,
         status,
         customer_id: query.get("customer_id").map(str::to_owned),
+        ..ListFilter::default()
     };
     let body = payments::list_payments(&state, &merchant, filter).await?;
     Ok(json(body))

@@ -14,7 +14,7 @@ pub use row::PaymentRow;
 use super::group_commit::WritePath;
 use super::pool::DbConnection;
 use super::schema::payments;
-use crate::domain::{PaymentStatus, RequestRef, Timestamp};
+use crate::domain::{PaymentId, PaymentStatus, RequestRef, Timestamp};
 
 const PROCESSING: PaymentStatus = PaymentStatus::Processing;
 
@@ -184,6 +184,10 @@ pub struct ListFilter {
     pub starting_after: Option<String>,
     pub status: Option<String>,
     pub customer_id: Option<String>,
+    /// Made at or after this moment (the dashboard's date filter).
+    pub created_from: Option<Timestamp>,
+    /// Made before this moment.
+    pub created_before: Option<Timestamp>,
 }
 
 /// Newest first (ids are time-ordered), `limit + 1` rows so the caller can tell `has_more`;
@@ -212,6 +216,13 @@ pub fn list(
     }
     if let Some(customer) = &filter.customer_id {
         query = query.filter(payments::customer_id.eq(customer));
+    }
+    // Ids are time-ordered: a time range is a range of the `(merchant_id, id)` index.
+    if let Some(from) = filter.created_from {
+        query = query.filter(payments::id.ge(PaymentId::first_at(from)));
+    }
+    if let Some(before) = filter.created_before {
+        query = query.filter(payments::id.lt(PaymentId::first_at(before)));
     }
     query.load(conn).map(Some)
 }

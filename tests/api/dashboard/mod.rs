@@ -3,6 +3,7 @@
 
 mod browser;
 mod forms;
+mod reading;
 
 use awc::http::header;
 use serde_json::{Value, json};
@@ -10,14 +11,14 @@ use serde_json::{Value, json};
 use crate::support::{TestApp, TestResponse};
 
 /// A browser's side of the dashboard: its session cookie, no redirects followed.
-struct Visitor<'a> {
+pub(crate) struct Visitor<'a> {
     app: &'a TestApp,
     client: awc::Client,
     cookie: Option<String>,
 }
 
 impl<'a> Visitor<'a> {
-    fn new(app: &'a TestApp) -> Self {
+    pub(crate) fn new(app: &'a TestApp) -> Self {
         Self {
             app,
             client: awc::Client::builder().disable_redirects().finish(),
@@ -46,7 +47,7 @@ impl<'a> Visitor<'a> {
         }
     }
 
-    async fn get(&self, path: &str) -> TestResponse {
+    pub(crate) async fn get(&self, path: &str) -> TestResponse {
         self.send("GET", path, None).await
     }
 
@@ -55,7 +56,7 @@ impl<'a> Visitor<'a> {
     }
 
     /// Signs in with `key`: the session cookie kept.
-    async fn sign_in(&mut self, key: &str) -> TestResponse {
+    pub(crate) async fn sign_in(&mut self, key: &str) -> TestResponse {
         let response = self.post("/dashboard/sign-in", &[("api_key", key)]).await;
         if let Some(set) = response.header("set-cookie") {
             self.cookie = set.split(';').next().map(str::to_owned);

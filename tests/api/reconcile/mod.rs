@@ -394,3 +394,66 @@ async fn one_run_at_a_time_and_each_scheduled_run_to_one_instance() {
     let won = claims.into_iter().filter(|c| *c.as_ref().unwrap()).count();
     assert_eq!(won, 1, "one instance gets the due run");
 }
+
+/// The dashboard's overview lists the open discrepancies about the signed-in merchant's own
+/// money moves (its payments, refunds, payouts), not another merchant's nor a movement that
+/// names nothing of ours, and drops them once resolved.
+#[actix_web::test]
+async fn the_overview_shows_a_merchants_own_open_discrepancies() {
+    use crate::dashboard::Visitor;
+    let app = spawn_app().await;
+    let mine = app.paid_payment(3000).await;
+    let refund = app
+        .post_refund(&mine, "re-mine", &json!({"amount": 500}))
+        .await
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let other_key = app.create_merchant("reconcile-other").await;
+    let theirs = app
+        .post_json("/v1/payments", &other_key, Some("theirs"), &visa(4000))
+        .await
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let nobodys = "pay_0193f0c2a9b87c3e8e1f6a2b3c4d5e6f";
+    let report = ScriptedReport::default();
+    report.set(vec![
+        movement(1, MovementKind::Charge, &mine, 2999, "usd"),
+        movement(2, MovementKind::Charge, &theirs, 3999, "usd"),
+        movement(3, MovementKind::Charge, nobodys, 10, "usd"),
+    ]);
+    let (first, _) = run(&app, &report).await;
+    assert_eq!(
+        first.open_total(),
+        4,
+        "three mismatches and the missing refund"
+    );
+
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(&app.api_key).await;
+    let overview = visitor.get("/dashboard").await.text();
+    assert!(overview.contains("Open reconciliation discrepancies"));
+    assert!(
+        overview.contains(&format!(
+            "amount_mismatch</code> · charge <a href=\"/dashboard/payments/{mine}\">{mine}</a> · ours 30.00 USD · provider's 29.99 USD"
+        )),
+        "{overview}"
+    );
+    assert!(overview.contains(&format!("missing_at_provider</code> · refund {refund}")));
+    assert!(!overview.contains(&theirs), "another merchant's");
+    assert!(!overview.contains(nobodys), "nobody's");
+
+    // The corrected report resolves them: the overview has none.
+    report.set(vec![
+        movement(1, MovementKind::Charge, &mine, 3000, "usd"),
+        movement(2, MovementKind::Charge, &theirs, 4000, "usd"),
+        movement(4, MovementKind::Refund, &refund, 500, "usd"),
+    ]);
+    let (second, _) = run(&app, &report).await;
+    assert_eq!(second.open_total(), 0);
+    let overview = visitor.get("/dashboard").await.text();
+    assert!(!overview.contains("amount_mismatch") && !overview.contains(&refund));
+}

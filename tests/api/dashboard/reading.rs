@@ -1,0 +1,94 @@
+//! What the pages read: the payments by day, a payment's deliveries in its timeline.
+
+use std::time::Duration;
+
+use super::Visitor;
+use crate::deliveries::Receiver;
+use crate::support::{spawn_app, spawn_app_with, wait_until};
+
+fn day(offset: i64) -> String {
+    (chrono::Utc::now() + chrono::Duration::days(offset))
+        .format("%Y-%m-%d")
+        .to_string()
+}
+
+#[actix_web::test]
+async fn payments_are_filtered_by_day_and_the_days_follow_the_pages() {
+    let app = spawn_app().await;
+    // One more than a page, so the filter has to ride along to the next one.
+    let mut ids = Vec::new();
+    for _ in 0..26 {
+        ids.push(app.paid_payment(1000).await);
+    }
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(&app.api_key).await;
+    let (yesterday, today, tomorrow) = (day(-1), day(0), day(1));
+
+    let first = visitor
+        .get(&format!("/dashboard/payments?from={today}&to={today}"))
+        .await;
+    assert_eq!(first.status, 200);
+    let html = first.text();
+    assert!(html.contains(&ids[25]), "the newest is on the first page");
+    assert!(!html.contains(&ids[0]), "the oldest is on the next");
+    let next = format!("starting_after={}&amp;from={today}&amp;to={today}", ids[1]);
+    assert!(html.contains(&next), "the next page keeps the days: {html}");
+    let second = visitor
+        .get(&format!(
+            "/dashboard/payments?starting_after={}&from={today}&to={today}",
+            ids[1]
+        ))
+        .await;
+    assert!(second.text().contains(&ids[0]));
+
+    for outside in [
+        format!("to={yesterday}"),
+        format!("from={tomorrow}"),
+        format!("from={yesterday}&to={yesterday}"),
+    ] {
+        let page = visitor.get(&format!("/dashboard/payments?{outside}")).await;
+        assert_eq!(page.status, 200);
+        assert!(
+            ids.iter().all(|id| !page.text().contains(id.as_str())),
+            "{outside} shows none of today's payments"
+        );
+        assert!(page.text().contains("No payments."));
+    }
+
+    let bad = visitor
+        .get("/dashboard/payments?from=28.11.2026&to=%3Cscript%3E")
+        .await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.text().contains("YYYY-MM-DD"));
+    assert!(!bad.text().contains("<script>"));
+}
+
+#[actix_web::test]
+async fn a_payments_timeline_shows_where_its_events_were_delivered() {
+    let app = spawn_app_with(|s| {
+        s.webhook_allow_private_urls = true;
+        s.webhook_retry_schedule = vec![Duration::from_millis(100)];
+    })
+    .await;
+    let ok = Receiver::always(200).await;
+    let down = Receiver::always(500).await;
+    let (ok_endpoint, _) = app.create_endpoint(&ok.url, &["*"]).await;
+    let (down_endpoint, _) = app.create_endpoint(&down.url, &["*"]).await;
+    let payment = app.paid_payment(1500).await;
+    ok.wait_for("the delivery", |r| !r.is_empty()).await;
+    down.wait_for("both attempts", |r| r.len() >= 2).await;
+
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(&app.api_key).await;
+    let path = format!("/dashboard/payments/{payment}");
+    // The failed delivery is recorded after its last attempt's answer.
+    wait_until(Duration::from_secs(15), "the timeline shows both deliveries", || async {
+        let html = visitor.get(&path).await.text();
+        html.contains(&format!(
+            "of payment.succeeded to endpoint {ok_endpoint}: succeeded after 1 attempt, last answer HTTP 200"
+        )) && html.contains(&format!(
+            "of payment.succeeded to endpoint {down_endpoint}: failed after 2 attempts, last answer HTTP 500"
+        ))
+    })
+    .await;
+}
