@@ -3,6 +3,7 @@
 
 mod browser;
 mod forms;
+mod keys;
 
 use awc::http::header;
 use serde_json::{Value, json};
