@@ -1,6 +1,7 @@
 //! `payments-api`: a payment API that charges at most once per request, however often the
 //! request is sent, by however many clients, through whatever crash or lost response.
 
+pub mod api_keys;
 pub mod auth;
 pub mod body;
 pub mod config;

@@ -3,10 +3,11 @@ use std::process::ExitCode;
 
 use chrono::SecondsFormat;
 use clap::{Parser, Subcommand};
+use payments_api::api_keys::{self, label, merchant_name};
 use payments_api::config::Settings;
 use payments_api::db::merchants::{self, ApiKey, Revocation};
 use payments_api::db::{Db, DbConnection};
-use payments_api::domain::{ApiKeyId, Timestamp, new_api_key};
+use payments_api::domain::{ApiKeyId, Timestamp};
 use payments_api::signing::WebhookSecret;
 use payments_api::startup::{Application, connect_and_migrate};
 use payments_api::telemetry;
@@ -115,26 +116,6 @@ enum ApiKeysCommand {
         #[arg(value_name = "KEY_ID")]
         key_id: String,
     },
-}
-
-/// Trimmed, 1 to `max` characters, none of them control characters (a tab or a newline
-/// would break the one-line-per-key listing).
-fn one_line(raw: &str, max: usize) -> Result<String, String> {
-    let text = raw.trim();
-    if !(1..=max).contains(&text.chars().count()) || text.chars().any(char::is_control) {
-        return Err(format!(
-            "expected 1 to {max} characters, no control characters"
-        ));
-    }
-    Ok(text.to_owned())
-}
-
-fn merchant_name(raw: &str) -> Result<String, String> {
-    one_line(raw, 255)
-}
-
-fn label(raw: &str) -> Result<String, String> {
-    one_line(raw, 200)
 }
 
 fn main() -> ExitCode {
@@ -250,17 +231,17 @@ fn create_key(
     merchant: &str,
     label: Option<String>,
 ) -> Result<(), String> {
-    let existed = merchants::find_by_name(conn, merchant)
-        .map_err(|e| e.to_string())?
-        .is_some();
-    let merchant = merchants::ensure_merchant(conn, merchant).map_err(|e| e.to_string())?;
-    let key = new_api_key();
-    let created = merchants::create_api_key(conn, &merchant, &key, label.as_deref())
+    let api_keys::Created {
+        key,
+        row,
+        merchant,
+        new_merchant,
+    } = api_keys::create_for_merchant_named(conn, merchant, label.as_deref())
         .map_err(|e| e.to_string())?;
     // Shown once: only its hash is stored.
-    println!("{key}");
-    eprintln!("{}", created.id);
-    if !existed {
+    println!("{}", key.key());
+    eprintln!("{}", row.id);
+    if new_merchant {
         eprintln!(
             "payments-api: created merchant {:?} ({})",
             merchant.name, merchant.id
@@ -322,7 +303,7 @@ fn revoke_key(conn: &mut DbConnection, key_id: &str) -> Result<(), String> {
                 .to_owned(),
         );
     }
-    match merchants::revoke_api_key(conn, key_id).map_err(|e| e.to_string())? {
+    match api_keys::revoke(conn, None, key_id).map_err(|e| e.to_string())? {
         Revocation::Revoked(key) => {
             println!(
                 "revoked {} (merchant {}); every instance answers 401 to it within 5 s",

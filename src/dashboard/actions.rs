@@ -70,12 +70,30 @@ where
     F: FnOnce(Session, IdempotencyKey) -> Fut,
     Fut: std::future::Future<Output = Result<Answer, ApiError>>,
 {
+    match run_for_answer(state, req, form, perform).await {
+        Ok(_) => Acted::Done,
+        Err(acted) => acted,
+    }
+}
+
+/// [`run_action`] for an action whose page shows what its answer says: the session and
+/// the successful answer, or how it did not succeed (never [`Acted::Done`]).
+pub(super) async fn run_for_answer<F, Fut>(
+    state: &AppState,
+    req: &HttpRequest,
+    form: &impl Guarded,
+    perform: F,
+) -> Result<(Session, Answer), Acted>
+where
+    F: FnOnce(Session, IdempotencyKey) -> Fut,
+    Fut: std::future::Future<Output = Result<Answer, ApiError>>,
+{
     let session = match session::require(req, state).await {
         Ok(session) => session,
-        Err(response) => return Acted::Answered(response),
+        Err(response) => return Err(Acted::Answered(response)),
     };
     if !session::csrf_ok(&session, form.csrf_token()) {
-        return Acted::Answered(layout::csrf_failed());
+        return Err(Acted::Answered(layout::csrf_failed()));
     }
     let key = match form
         .idempotency_key()
@@ -83,18 +101,18 @@ where
         .and_then(|k| IdempotencyKey::parse(k.as_bytes()).map_err(ApiError::IdempotencyKeyInvalid))
     {
         Ok(key) => key,
-        Err(e) => return refused(session, &e),
+        Err(e) => return Err(refused(session, &e)),
     };
     match perform(session.clone(), key).await {
-        Ok(answer) if answer.status < 300 => Acted::Done,
+        Ok(answer) if answer.status < 300 => Ok((session, answer)),
         Ok(answer) => {
             let detail = serde_json::from_str::<serde_json::Value>(&answer.body)
                 .ok()
                 .and_then(|p| p["detail"].as_str().map(str::to_owned))
                 .unwrap_or_else(|| "the action was refused".to_owned());
-            Acted::Refused(session, answer.status, detail)
+            Err(Acted::Refused(session, answer.status, detail))
         }
-        Err(e) => refused(session, &e),
+        Err(e) => Err(refused(session, &e)),
     }
 }
 

@@ -44,6 +44,7 @@ pub fn page(status: u16, title: &str, session: Option<&Session>, body: Markup) -
                             a href="/dashboard/disputes" { "Disputes" }
                             a href="/dashboard/balance" { "Balance" }
                             a href="/dashboard/events" { "Events" }
+                            a href="/dashboard/api-keys" { "API keys" }
                         }
                         form.sign-out method="post" action="/dashboard/sign-out" {
                             input type="hidden" name="csrf_token" value=(session.csrf_token);

@@ -13,6 +13,9 @@
 //! GET  /dashboard/balance          available and pending, transactions, payouts
 //! POST /dashboard/balance/payout
 //! GET  /dashboard/events           newest first, by type, each event's JSON
+//! GET  /dashboard/api-keys         the merchant's keys (never a key)
+//! POST /dashboard/api-keys         a new key, shown once on the answer page
+//! POST /dashboard/api-keys/{id}/revoke
 //! GET  /dashboard/assets/app.css
 //! ```
 //!
@@ -25,6 +28,7 @@
 mod actions;
 mod events;
 mod format;
+mod keys;
 mod layout;
 mod money_pages;
 mod overview;
@@ -82,6 +86,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/balance", web::get().to(money_pages::balance))
             .route("/events", web::get().to(events::events))
             .route("/balance/payout", web::post().to(actions::pay_out))
+            .route("/api-keys", web::get().to(keys::list))
+            .route("/api-keys", web::post().to(keys::create))
+            .route("/api-keys/{id}/revoke", web::post().to(keys::revoke))
             .route("/assets/app.css", web::get().to(layout::stylesheet)),
     );
 }

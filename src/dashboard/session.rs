@@ -25,6 +25,15 @@ pub struct Session {
     /// Every form that changes something carries it.
     pub csrf_token: String,
     token_hash: String,
+    /// The hash of the API key it was opened with (revoking that key ends it).
+    api_key_hash: String,
+}
+
+impl Session {
+    /// The hash of the API key this session was opened with.
+    pub fn api_key_hash(&self) -> &str {
+        &self.api_key_hash
+    }
 }
 
 fn random_token() -> String {
@@ -56,6 +65,7 @@ pub async fn current(req: &HttpRequest, state: &AppState) -> Result<Option<Sessi
         merchant,
         csrf_token: row.csrf_token,
         token_hash,
+        api_key_hash: row.api_key_hash,
     }))
 }
 

@@ -95,6 +95,25 @@ pub fn ensure_merchant(conn: &mut DbConnection, name: &str) -> Result<Merchant, 
     }
 }
 
+/// What is stored of a new key: everything but the key itself.
+#[derive(Debug, Clone)]
+pub struct StoredKey {
+    pub id: String,
+    pub key_hash: String,
+    pub last4: Option<String>,
+}
+
+impl StoredKey {
+    /// The stored form of `key`, with a new id.
+    pub fn of(key: &str) -> Self {
+        Self {
+            id: ApiKeyId::generate().into_string(),
+            key_hash: hash_api_key(key),
+            last4: last4(key),
+        }
+    }
+}
+
 /// Stores a new key for `merchant` (its hash, a new id, its last 4 characters).
 pub fn create_api_key(
     conn: &mut DbConnection,
@@ -102,17 +121,27 @@ pub fn create_api_key(
     key: &str,
     label: Option<&str>,
 ) -> Result<ApiKey, DbError> {
+    insert_api_key(conn, &merchant.id, &StoredKey::of(key), label).map_err(DbError::from)
+}
+
+/// Inserts the row of a key whose hash, id and last 4 characters are already known.
+pub fn insert_api_key(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+    stored: &StoredKey,
+    label: Option<&str>,
+) -> QueryResult<ApiKey> {
     let row = ApiKey {
-        id: ApiKeyId::generate().into_string(),
-        merchant_id: merchant.id.clone(),
+        id: stored.id.clone(),
+        merchant_id: merchant_id.to_owned(),
         label: label.map(str::to_owned),
-        last4: last4(key),
+        last4: stored.last4.clone(),
         created_at: now(),
         revoked_at: None,
     };
     diesel::insert_into(api_keys::table)
         .values((
-            api_keys::key_hash.eq(hash_api_key(key)),
+            api_keys::key_hash.eq(&stored.key_hash),
             api_keys::id.eq(&row.id),
             api_keys::merchant_id.eq(&row.merchant_id),
             api_keys::label.eq(&row.label),
@@ -159,6 +188,30 @@ pub fn list_api_keys(
     query.load(conn)
 }
 
+/// One merchant's keys, newest first.
+pub fn merchant_api_keys(
+    conn: &mut DbConnection,
+    merchant_id: &str,
+) -> Result<Vec<ApiKey>, diesel::result::Error> {
+    api_keys::table
+        .filter(api_keys::merchant_id.eq(merchant_id))
+        .select(ApiKey::as_select())
+        .order((api_keys::created_at.desc(), api_keys::id.desc()))
+        .load(conn)
+}
+
+/// The id of the key with this hash (revoked or not).
+pub fn api_key_id_by_hash(
+    conn: &mut DbConnection,
+    key_hash: &str,
+) -> Result<Option<String>, diesel::result::Error> {
+    api_keys::table
+        .filter(api_keys::key_hash.eq(key_hash))
+        .select(api_keys::id)
+        .first(conn)
+        .optional()
+}
+
 #[derive(Debug)]
 pub enum Revocation {
     /// Revoked now.
@@ -168,12 +221,31 @@ pub enum Revocation {
     NotFound,
 }
 
-/// Revokes the key with this id. The guarded update makes a repeated or concurrent
-/// revocation keep the first revocation time.
+/// Revokes the key with this id, whoever's it is (the operator's CLI).
 pub fn revoke_api_key(conn: &mut DbConnection, key_id: &str) -> Result<Revocation, DbError> {
+    revoke_api_key_of(conn, None, key_id).map_err(DbError::from)
+}
+
+/// Revokes the key with this id; with `owner`, only if it is that merchant's (another
+/// merchant's key is [`Revocation::NotFound`] and stays as it is). The guarded update makes
+/// a repeated or concurrent revocation keep the first revocation time.
+pub fn revoke_api_key_of(
+    conn: &mut DbConnection,
+    owner: Option<&str>,
+    key_id: &str,
+) -> QueryResult<Revocation> {
+    let key: Option<ApiKey> = api_keys::table
+        .filter(api_keys::id.eq(key_id))
+        .select(ApiKey::as_select())
+        .first(conn)
+        .optional()?;
+    let Some(key) = key.filter(|k| owner.is_none_or(|owner| k.merchant_id == owner)) else {
+        return Ok(Revocation::NotFound);
+    };
     let revoked = diesel::update(
         api_keys::table
             .filter(api_keys::id.eq(key_id))
+            .filter(api_keys::merchant_id.eq(&key.merchant_id))
             .filter(api_keys::revoked_at.is_null()),
     )
     .set(api_keys::revoked_at.eq(now()))

@@ -2,7 +2,9 @@
 //! once whatever the hands do. `browser.rs` drives it in a real Chromium.
 
 mod browser;
+mod browser_keys;
 mod forms;
+mod keys;
 mod reading;
 
 use awc::http::header;
