@@ -3,6 +3,7 @@
 
 mod browser;
 mod forms;
+mod webhooks;
 
 use awc::http::header;
 use serde_json::{Value, json};
