@@ -193,8 +193,7 @@ fn secret_shown(secret: &str, answer: &Answer) -> Markup {
         section.card.secret aria-labelledby="secret_title" {
             h2 #secret_title { "Signing secret" }
             p { "Copy it now: it is shown this once. Deliveries are signed with it (Standard Webhooks)." }
-            label for="secret" { "Secret" }
-            input id="secret" class="secret-value" type="text" readonly value=(secret) autocomplete="off" spellcheck="false";
+            code id="secret" class="secret-value" { (secret) }
             (replayed_note(answer))
         }
     }

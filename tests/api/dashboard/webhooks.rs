@@ -53,13 +53,11 @@ async fn send(
     visitor.post(action, &all).await
 }
 
-/// The secret a page shows (the value of its `#secret` field), if any.
+/// The secret a page shows (the text of its `#secret` element), if any.
 fn secret_in(html: &str) -> Option<String> {
     let at = html.find("id=\"secret\"")?;
-    let tag = &html[html[..at].rfind('<')?..];
-    let tag = &tag[..tag.find('>')?];
-    let value = tag.split("value=\"").nth(1)?;
-    Some(value[..value.find('"')?].to_owned())
+    let text = &html[at + html[at..].find('>')? + 1..];
+    Some(text[..text.find('<')?].to_owned())
 }
 
 /// The page's text with maud's escapes undone (to find an API detail in it).
