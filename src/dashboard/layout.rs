@@ -43,6 +43,7 @@ pub fn page(status: u16, title: &str, session: Option<&Session>, body: Markup) -
                             a href="/dashboard/payments" { "Payments" }
                             a href="/dashboard/disputes" { "Disputes" }
                             a href="/dashboard/balance" { "Balance" }
+                            a href="/dashboard/webhooks" { "Webhooks" }
                             a href="/dashboard/events" { "Events" }
                             a href="/dashboard/api-keys" { "API keys" }
                         }

@@ -12,6 +12,12 @@
 //! POST /dashboard/disputes/{id}/evidence|accept
 //! GET  /dashboard/balance          available and pending, transactions, payouts
 //! POST /dashboard/balance/payout
+//! GET  /dashboard/webhooks         the endpoints; a form to add one
+//! POST /dashboard/webhooks         adds one: its page with the secret (shown this once)
+//! GET  /dashboard/webhooks/{id}    the endpoint, its forms, its deliveries by status
+//! POST /dashboard/webhooks/{id}    saves URL, description, events
+//! POST /dashboard/webhooks/{id}/status|delete
+//! POST /dashboard/webhooks/{id}/rotate|test|replay   (the answer shown on the page)
 //! GET  /dashboard/events           newest first, by type, each event's JSON
 //! GET  /dashboard/api-keys         the merchant's keys (never a key)
 //! POST /dashboard/api-keys         a new key, shown once on the answer page
@@ -34,6 +40,7 @@ mod money_pages;
 mod overview;
 mod pages;
 mod session;
+mod webhooks;
 
 use actix_web::web;
 
@@ -84,6 +91,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 web::post().to(actions::accept_dispute),
             )
             .route("/balance", web::get().to(money_pages::balance))
+            .route("/webhooks", web::get().to(webhooks::list))
+            .route("/webhooks", web::post().to(webhooks::create))
+            .route("/webhooks/{id}", web::get().to(webhooks::endpoint))
+            .route("/webhooks/{id}", web::post().to(webhooks::update))
+            .route(
+                "/webhooks/{id}/status",
+                web::post().to(webhooks::set_status),
+            )
+            .route("/webhooks/{id}/rotate", web::post().to(webhooks::rotate))
+            .route("/webhooks/{id}/test", web::post().to(webhooks::test))
+            .route("/webhooks/{id}/replay", web::post().to(webhooks::replay))
+            .route("/webhooks/{id}/delete", web::post().to(webhooks::delete))
             .route("/events", web::get().to(events::events))
             .route("/balance/payout", web::post().to(actions::pay_out))
             .route("/api-keys", web::get().to(keys::list))

@@ -3,9 +3,11 @@
 
 mod browser;
 mod browser_keys;
+mod browser_webhooks;
 mod forms;
 mod keys;
 mod reading;
+mod webhooks;
 
 use awc::http::header;
 use serde_json::{Value, json};
