@@ -35,8 +35,9 @@ pub struct ActionForm {
 
 /// How an action ended.
 pub(super) enum Acted {
-    /// Done (or accepted, still running): go back to the page.
-    Done,
+    /// Done (or accepted, still running), with the operation's answer: most pages go back
+    /// to where they were; some show what the answer says.
+    Done(Session, Answer),
     /// Refused: the page again, with the problem's status and `detail`.
     Refused(Session, u16, String),
     /// No session, a forged form, the database away: this answer.
@@ -70,30 +71,12 @@ where
     F: FnOnce(Session, IdempotencyKey) -> Fut,
     Fut: std::future::Future<Output = Result<Answer, ApiError>>,
 {
-    match run_for_answer(state, req, form, perform).await {
-        Ok(_) => Acted::Done,
-        Err(acted) => acted,
-    }
-}
-
-/// [`run_action`] for an action whose page shows what its answer says: the session and
-/// the successful answer, or how it did not succeed (never [`Acted::Done`]).
-pub(super) async fn run_for_answer<F, Fut>(
-    state: &AppState,
-    req: &HttpRequest,
-    form: &impl Guarded,
-    perform: F,
-) -> Result<(Session, Answer), Acted>
-where
-    F: FnOnce(Session, IdempotencyKey) -> Fut,
-    Fut: std::future::Future<Output = Result<Answer, ApiError>>,
-{
     let session = match session::require(req, state).await {
         Ok(session) => session,
-        Err(response) => return Err(Acted::Answered(response)),
+        Err(response) => return Acted::Answered(response),
     };
     if !session::csrf_ok(&session, form.csrf_token()) {
-        return Err(Acted::Answered(layout::csrf_failed()));
+        return Acted::Answered(layout::csrf_failed());
     }
     let key = match form
         .idempotency_key()
@@ -101,18 +84,18 @@ where
         .and_then(|k| IdempotencyKey::parse(k.as_bytes()).map_err(ApiError::IdempotencyKeyInvalid))
     {
         Ok(key) => key,
-        Err(e) => return Err(refused(session, &e)),
+        Err(e) => return refused(session, &e),
     };
     match perform(session.clone(), key).await {
-        Ok(answer) if answer.status < 300 => Ok((session, answer)),
+        Ok(answer) if answer.status < 300 => Acted::Done(session, answer),
         Ok(answer) => {
             let detail = serde_json::from_str::<serde_json::Value>(&answer.body)
                 .ok()
                 .and_then(|p| p["detail"].as_str().map(str::to_owned))
                 .unwrap_or_else(|| "the action was refused".to_owned());
-            Err(Acted::Refused(session, answer.status, detail))
+            Acted::Refused(session, answer.status, detail)
         }
-        Err(e) => Err(refused(session, &e)),
+        Err(e) => refused(session, &e),
     }
 }
 
@@ -161,7 +144,7 @@ async fn on_payment(
     })
     .await;
     match acted {
-        Acted::Done => layout::see_other(&format!("/dashboard/payments/{id}?done={what}")),
+        Acted::Done(..) => layout::see_other(&format!("/dashboard/payments/{id}?done={what}")),
         Acted::Refused(session, status, detail) => {
             render_payment(state, &session, id, status, None, Some(&detail)).await
         }
@@ -261,7 +244,7 @@ pub async fn accept_dispute(
 
 async fn after_dispute(state: &AppState, acted: Acted, what: &str) -> HttpResponse {
     match acted {
-        Acted::Done => layout::see_other(&format!("/dashboard/disputes?done={what}")),
+        Acted::Done(..) => layout::see_other(&format!("/dashboard/disputes?done={what}")),
         Acted::Refused(session, status, detail) => {
             super::money_pages::render_disputes(state, &session, status, None, Some(&detail)).await
         }
@@ -294,7 +277,7 @@ pub async fn pay_out(
     })
     .await;
     match acted {
-        Acted::Done => layout::see_other("/dashboard/balance?done=payout"),
+        Acted::Done(..) => layout::see_other("/dashboard/balance?done=payout"),
         Acted::Refused(session, status, detail) => {
             super::money_pages::render_balance(&state, &session, status, None, Some(&detail)).await
         }

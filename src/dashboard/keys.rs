@@ -13,7 +13,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use maud::html;
 use serde::Deserialize;
 
-use super::actions::{Acted, Guarded, run_for_answer};
+use super::actions::{Acted, Guarded, run_action};
 use super::layout::{self, done, guard, page};
 use super::session::{self, Session};
 use crate::api_keys::{self, NewKey};
@@ -76,13 +76,13 @@ pub async fn create(
     // its id, so the key can be shown by this request alone, if it is the one that
     // created it.
     let new_key = NewKey::generate();
-    let ran = run_for_answer(&state, &req, &form, |session, key| {
+    let ran = run_action(&state, &req, &form, |session, key| {
         let (state, label, new_key) = (&state, &form.label, &new_key);
         async move { api_keys::create_once(state, &session.merchant, key, label, new_key).await }
     })
     .await;
     match ran {
-        Ok((session, answer)) => {
+        Acted::Done(session, answer) => {
             let id = api_keys::answered_id(&answer).unwrap_or_default();
             let shown = if id == new_key.id() {
                 Shown::NewKey(&new_key)
@@ -91,7 +91,10 @@ pub async fn create(
             };
             render_keys(&state, &session, 200, shown).await
         }
-        Err(acted) => after_refusal(&state, acted).await,
+        Acted::Refused(session, status, detail) => {
+            render_keys(&state, &session, status, Shown::Problem(&detail)).await
+        }
+        Acted::Answered(response) => response,
     }
 }
 
@@ -103,13 +106,13 @@ pub async fn revoke(
     form: web::Form<KeyForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = run_for_answer(&state, &req, &form, |session, key| {
+    let ran = run_action(&state, &req, &form, |session, key| {
         let (state, key_id) = (&state, path.as_str());
         async move { api_keys::revoke_once(state, &session.merchant, key, key_id).await }
     })
     .await;
     match ran {
-        Ok((_, answer)) => {
+        Acted::Done(_, answer) => {
             let before = serde_json::from_str::<serde_json::Value>(&answer.body)
                 .is_ok_and(|body| body["revoked"] == "before");
             // Revoking this session's own key ended the session: that page asks to sign in.
@@ -119,18 +122,10 @@ pub async fn revoke(
                 "/dashboard/api-keys?done=revoked"
             })
         }
-        Err(acted) => after_refusal(&state, acted).await,
-    }
-}
-
-async fn after_refusal(state: &AppState, acted: Acted) -> HttpResponse {
-    match acted {
         Acted::Refused(session, status, detail) => {
-            render_keys(state, &session, status, Shown::Problem(&detail)).await
+            render_keys(&state, &session, status, Shown::Problem(&detail)).await
         }
         Acted::Answered(response) => response,
-        // `run_for_answer` answers success itself.
-        Acted::Done => layout::see_other("/dashboard/api-keys"),
     }
 }
 

@@ -21,8 +21,7 @@ use super::session::{self, Session};
 use crate::db::deliveries::{self as delivery_rows, DeliveryRow};
 use crate::db::webhook_endpoints::{self as endpoint_rows, EndpointRow};
 use crate::domain::{
-    DeliveryId, DeliveryStatus, EndpointId, EndpointStatus, IdempotencyKey, Timestamp,
-    format_timestamp, now,
+    DeliveryId, DeliveryStatus, EndpointId, EndpointStatus, Timestamp, format_timestamp, now,
 };
 use crate::error::ApiError;
 use crate::events::{EnabledEvents, EventType};
@@ -122,41 +121,6 @@ fn events_text(stored: &str) -> String {
             .map(|t| t.as_str())
             .collect::<Vec<_>>()
             .join(", "),
-    }
-}
-
-/// How an action of this page ended: done with the operation's answer (and the session,
-/// to draw the page with), refused, or answered already (no session, a forged form).
-enum Ran {
-    Done(Session, Answer),
-    Refused(Session, u16, String),
-    Answered(HttpResponse),
-}
-
-/// [`run_action`], keeping the operation's answer for the page that shows it.
-async fn act<F, Fut>(state: &AppState, req: &HttpRequest, form: &WebhookForm, perform: F) -> Ran
-where
-    F: FnOnce(Session, IdempotencyKey) -> Fut,
-    Fut: std::future::Future<Output = Result<Answer, ApiError>>,
-{
-    let mut kept = None;
-    let slot = &mut kept;
-    let acted = run_action(state, req, form, |session, key| {
-        let running = perform(session.clone(), key);
-        async move {
-            let result = running.await;
-            if let Ok(answer) = &result {
-                *slot = Some((session, answer.clone()));
-            }
-            result
-        }
-    })
-    .await;
-    match (acted, kept) {
-        (Acted::Done, Some((session, answer))) => Ran::Done(session, answer),
-        (Acted::Done, None) => Ran::Answered(layout::unavailable()),
-        (Acted::Refused(session, status, detail), _) => Ran::Refused(session, status, detail),
-        (Acted::Answered(response), _) => Ran::Answered(response),
     }
 }
 
@@ -308,7 +272,7 @@ pub async fn create(
     form: web::Form<WebhookForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = act(&state, &req, &form, |session, key| {
+    let ran = run_action(&state, &req, &form, |session, key| {
         let (state, form) = (&state, &form);
         async move {
             let mut body = json!({"url": form.url.trim(), "enabled_events": form.enabled_events()});
@@ -321,7 +285,7 @@ pub async fn create(
     })
     .await;
     match ran {
-        Ran::Done(session, answer) => {
+        Acted::Done(session, answer) => {
             let created = answer_json(&answer);
             let (Some(id), Some(secret)) = (created["id"].as_str(), created["secret"].as_str())
             else {
@@ -333,10 +297,10 @@ pub async fn create(
             };
             render_endpoint(&state, &session, id, &Deliveries::default(), 200, top, None).await
         }
-        Ran::Refused(session, status, detail) => {
+        Acted::Refused(session, status, detail) => {
             render_list(&state, &session, status, problem(&detail), &form.draft()).await
         }
-        Ran::Answered(response) => response,
+        Acted::Answered(response) => response,
     }
 }
 
@@ -605,7 +569,7 @@ pub async fn update(
     form: web::Form<WebhookForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = act(&state, &req, &form, |session, key| {
+    let ran = run_action(&state, &req, &form, |session, key| {
         let (state, form, id) = (&state, &form, path.as_str().to_owned());
         async move {
             let body = json!({"url": form.url.trim(), "enabled_events": form.enabled_events(),
@@ -616,15 +580,15 @@ pub async fn update(
     })
     .await;
     match ran {
-        Ran::Done(..) => layout::see_other(&format!(
+        Acted::Done(..) => layout::see_other(&format!(
             "/dashboard/webhooks/{}?done=updated",
             path.as_str()
         )),
-        Ran::Refused(session, status, detail) => {
+        Acted::Refused(session, status, detail) => {
             let draft = form.draft();
             refused_on_endpoint(&state, &session, &path, status, &detail, Some(&draft)).await
         }
-        Ran::Answered(response) => response,
+        Acted::Answered(response) => response,
     }
 }
 
@@ -636,7 +600,7 @@ pub async fn set_status(
     form: web::Form<WebhookForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = act(&state, &req, &form, |session, key| {
+    let ran = run_action(&state, &req, &form, |session, key| {
         let (state, form, id) = (&state, &form, path.as_str().to_owned());
         async move {
             let body = json!({"status": form.status.trim()});
@@ -646,7 +610,7 @@ pub async fn set_status(
     })
     .await;
     match ran {
-        Ran::Done(_, answer) => {
+        Acted::Done(_, answer) => {
             let done = match answer_json(&answer)["status"].as_str() {
                 Some("enabled") => "enabled",
                 _ => "disabled",
@@ -656,10 +620,10 @@ pub async fn set_status(
                 path.as_str()
             ))
         }
-        Ran::Refused(session, status, detail) => {
+        Acted::Refused(session, status, detail) => {
             refused_on_endpoint(&state, &session, &path, status, &detail, None).await
         }
-        Ran::Answered(response) => response,
+        Acted::Answered(response) => response,
     }
 }
 
@@ -671,7 +635,7 @@ pub async fn rotate(
     form: web::Form<WebhookForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = act(&state, &req, &form, |session, key| {
+    let ran = run_action(&state, &req, &form, |session, key| {
         let (state, form, id) = (&state, &form, path.as_str().to_owned());
         async move {
             let seconds = form.expire_current_in_s.trim();
@@ -692,7 +656,7 @@ pub async fn rotate(
     })
     .await;
     match ran {
-        Ran::Done(session, answer) => {
+        Acted::Done(session, answer) => {
             let rotated = answer_json(&answer);
             let Some(secret) = rotated["secret"].as_str() else {
                 return layout::unavailable();
@@ -712,10 +676,10 @@ pub async fn rotate(
             )
             .await
         }
-        Ran::Refused(session, status, detail) => {
+        Acted::Refused(session, status, detail) => {
             refused_on_endpoint(&state, &session, &path, status, &detail, None).await
         }
-        Ran::Answered(response) => response,
+        Acted::Answered(response) => response,
     }
 }
 
@@ -727,7 +691,7 @@ pub async fn test(
     form: web::Form<WebhookForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = act(&state, &req, &form, |session, key| {
+    let ran = run_action(&state, &req, &form, |session, key| {
         let (state, req, id) = (&state, &req, path.as_str().to_owned());
         async move {
             let made_by = crate::routes::events::request_ref(req, Some(&key));
@@ -736,7 +700,7 @@ pub async fn test(
     })
     .await;
     match ran {
-        Ran::Done(session, answer) => {
+        Acted::Done(session, answer) => {
             let result = answer_json(&answer);
             let delivered = result["delivered"].as_bool() == Some(true);
             let top = html! {
@@ -764,10 +728,10 @@ pub async fn test(
             )
             .await
         }
-        Ran::Refused(session, status, detail) => {
+        Acted::Refused(session, status, detail) => {
             refused_on_endpoint(&state, &session, &path, status, &detail, None).await
         }
-        Ran::Answered(response) => response,
+        Acted::Answered(response) => response,
     }
 }
 
@@ -797,7 +761,7 @@ pub async fn replay(
     form: web::Form<WebhookForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = act(&state, &req, &form, |session, key| {
+    let ran = run_action(&state, &req, &form, |session, key| {
         let (state, form, id) = (&state, &form, path.as_str().to_owned());
         async move {
             let body = json!({"since": since_rfc3339(&form.since), "status": "failed"});
@@ -807,7 +771,7 @@ pub async fn replay(
     })
     .await;
     match ran {
-        Ran::Done(session, answer) => {
+        Acted::Done(session, answer) => {
             let queued = answer_json(&answer)["queued"].as_u64().unwrap_or(0);
             let said = match queued {
                 1 => "Queued 1 failed delivery to be sent again.".to_owned(),
@@ -828,10 +792,10 @@ pub async fn replay(
             )
             .await
         }
-        Ran::Refused(session, status, detail) => {
+        Acted::Refused(session, status, detail) => {
             refused_on_endpoint(&state, &session, &path, status, &detail, None).await
         }
-        Ran::Answered(response) => response,
+        Acted::Answered(response) => response,
     }
 }
 
@@ -845,7 +809,7 @@ pub async fn delete(
     form: web::Form<WebhookForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = act(&state, &req, &form, |session, _key| {
+    let ran = run_action(&state, &req, &form, |session, _key| {
         let (state, form, id) = (&state, &form, path.as_str().to_owned());
         async move {
             if form.confirm != "yes" {
@@ -860,16 +824,16 @@ pub async fn delete(
     })
     .await;
     match ran {
-        Ran::Done(..) => layout::see_other("/dashboard/webhooks?done=deleted"),
-        Ran::Refused(session, 404, _) => {
+        Acted::Done(..) => layout::see_other("/dashboard/webhooks?done=deleted"),
+        Acted::Refused(session, 404, _) => {
             let detail = no_such_endpoint().to_string();
             let top = problem(&format!("{detail} (deleted already?)"));
             render_list(&state, &session, 404, top, &Draft::new_endpoint()).await
         }
-        Ran::Refused(session, status, detail) => {
+        Acted::Refused(session, status, detail) => {
             refused_on_endpoint(&state, &session, &path, status, &detail, None).await
         }
-        Ran::Answered(response) => response,
+        Acted::Answered(response) => response,
     }
 }
 

@@ -7,29 +7,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::webdriver::Browser;
+use crate::support::webdriver::{Browser, ENTER};
 use crate::support::{spawn_app, visa, wait_until};
-
-/// Tab and Enter, as WebDriver names them.
-pub(super) const TAB: &str = "\u{E004}";
-pub(super) const ENTER: &str = "\u{E007}";
-
-pub(super) async fn save(browser: &Browser, name: &str) {
-    if let Ok(dir) = std::env::var("DASHBOARD_SCREENSHOTS") {
-        let png = browser.screenshot().await;
-        std::fs::create_dir_all(&dir).expect("screenshot dir");
-        std::fs::write(format!("{dir}/{name}.png"), png).expect("screenshot written");
-    }
-}
-
-/// Whether the page is no wider than the window (no sideways scroll).
-pub(super) async fn fits(browser: &Browser) -> bool {
-    browser
-        .script("return document.documentElement.scrollWidth <= window.innerWidth;")
-        .await
-        .as_bool()
-        .unwrap_or(false)
-}
 
 /// Whether the page is the sign-in form (its `API key` field; the navigation's `API keys`
 /// link is no sign of it).
@@ -39,23 +18,6 @@ pub(super) async fn on_sign_in(browser: &Browser) -> bool {
         .await
         .as_bool()
         .unwrap_or(false)
-}
-
-/// Presses Tab until the focused element matches `css` (at most 40 times).
-pub(super) async fn tab_to(browser: &Browser, css: &str) {
-    for _ in 0..40 {
-        let there = browser
-            .script(&format!(
-                "return document.activeElement && document.activeElement.matches({});",
-                serde_json::to_string(css).unwrap()
-            ))
-            .await;
-        if there.as_bool() == Some(true) {
-            return;
-        }
-        browser.keys(TAB).await;
-    }
-    panic!("Tab never reached {css}");
 }
 
 #[actix_web::test]
@@ -79,27 +41,24 @@ async fn the_dashboard_works_in_a_real_browser() {
 
     // Sign in: a wrong key first, then the right one, with the keyboard alone.
     browser.goto(&dashboard).await;
-    save(&browser, "sign-in").await;
+    browser.save("sign-in").await;
     let field = browser.find("#api_key").await;
     browser
         .type_into(&field, "sk_test_not_a_key_000000000000")
         .await;
     browser.keys(ENTER).await;
-    assert!(
-        browser
-            .text()
-            .await
-            .contains("That API key was not accepted.")
-    );
+    browser
+        .wait_for_text("That API key was not accepted.")
+        .await;
     assert!(!browser.text().await.contains("sk_test_not_a_key"));
     let field = browser.find("#api_key").await;
     browser.type_into(&field, &app.api_key).await;
     browser.keys(ENTER).await;
-    assert!(browser.text().await.contains("Overview"));
-    save(&browser, "overview").await;
+    browser.wait_for_text("Payments per day").await;
+    browser.save("overview").await;
 
     // To the payments with Tab and Enter; the payment made by the API is there.
-    tab_to(&browser, "nav a[href='/dashboard/payments']").await;
+    browser.tab_to("nav a[href='/dashboard/payments']").await;
     browser.keys(ENTER).await;
     wait_until(Duration::from_secs(10), "the payments page", || async {
         browser.url().await.ends_with("/dashboard/payments")
@@ -111,7 +70,7 @@ async fn the_dashboard_works_in_a_real_browser() {
         true,
         "nothing from the database ran"
     );
-    save(&browser, "payments").await;
+    browser.save("payments").await;
     let link = browser
         .find(&format!("a[href='/dashboard/payments/{payment_id}']"))
         .await;
@@ -158,7 +117,7 @@ async fn the_dashboard_works_in_a_real_browser() {
     );
     assert_eq!(app.simulator.refund_calls(), 1);
     assert!(browser.text().await.contains("10.00 USD"));
-    save(&browser, "payment").await;
+    browser.save("payment").await;
 
     // The hostile payment's page shows its values as text.
     browser
@@ -182,14 +141,14 @@ async fn the_dashboard_works_in_a_real_browser() {
     browser.resize(390, 844).await;
     for path in ["", "/payments", &format!("/payments/{payment_id}")] {
         browser.goto(&format!("{dashboard}{path}")).await;
-        assert!(fits(&browser).await, "{path} scrolls sideways at 390 px");
+        assert!(browser.fits().await, "{path} scrolls sideways at 390 px");
     }
-    save(&browser, "payment-phone").await;
+    browser.save("payment-phone").await;
     browser.resize(1280, 800).await;
 
     // Sign out, with the keyboard: the session is over.
     browser.goto(&dashboard).await;
-    tab_to(&browser, ".sign-out button").await;
+    browser.tab_to(".sign-out button").await;
     browser.keys(ENTER).await;
     wait_until(Duration::from_secs(10), "the sign-in form", || async {
         on_sign_in(&browser).await

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use super::browser::{ENTER, fits, on_sign_in, save, tab_to};
-use crate::support::webdriver::Browser;
+use super::browser::on_sign_in;
+use crate::support::webdriver::{Browser, ENTER};
 use crate::support::{spawn_app, wait_for, wait_until};
 
 #[actix_web::test]
@@ -24,7 +24,7 @@ async fn api_keys_are_created_shown_once_and_revoked_in_a_real_browser() {
     assert!(browser.text().await.contains("Overview"));
 
     // To the page with Tab and Enter.
-    tab_to(&browser, "nav a[href='/dashboard/api-keys']").await;
+    browser.tab_to("nav a[href='/dashboard/api-keys']").await;
     browser.keys(ENTER).await;
     wait_until(Duration::from_secs(10), "the API keys page", || async {
         browser.url().await.ends_with("/dashboard/api-keys")
@@ -35,9 +35,11 @@ async fn api_keys_are_created_shown_once_and_revoked_in_a_real_browser() {
     assert!(!text.contains(&app.api_key), "the list shows no key");
 
     // Create, with the keyboard: the label, then the button.
-    tab_to(&browser, "#key_label").await;
+    browser.tab_to("#key_label").await;
     browser.keys("rotation 2026").await;
-    tab_to(&browser, "form[action='/dashboard/api-keys'] button").await;
+    browser
+        .tab_to("form[action='/dashboard/api-keys'] button")
+        .await;
     browser.keys(ENTER).await;
     let key = wait_for(Duration::from_secs(10), "the new key is shown", || async {
         let shown = browser
@@ -54,7 +56,7 @@ async fn api_keys_are_created_shown_once_and_revoked_in_a_real_browser() {
         !browser.url().await.contains(&key),
         "the key is not in the URL"
     );
-    save(&browser, "api-keys").await;
+    browser.save("api-keys").await;
     assert_eq!(app.get_as("/v1/balance", &key).await.status, 200);
 
     // Drawn again, the page does not show it.
@@ -86,11 +88,11 @@ async fn api_keys_are_created_shown_once_and_revoked_in_a_real_browser() {
         .unwrap_or_default()
         .to_owned();
     assert!(id.starts_with("key_"), "{id}");
-    tab_to(
-        &browser,
-        &format!("form[action='/dashboard/api-keys/{id}/revoke'] button"),
-    )
-    .await;
+    browser
+        .tab_to(&format!(
+            "form[action='/dashboard/api-keys/{id}/revoke'] button"
+        ))
+        .await;
     browser.keys(ENTER).await;
     wait_until(
         Duration::from_secs(10),
@@ -119,7 +121,7 @@ async fn api_keys_are_created_shown_once_and_revoked_in_a_real_browser() {
     // A phone: the page, and the answer with its long key, fit the window.
     browser.resize(390, 844).await;
     browser.goto(&format!("{dashboard}/api-keys")).await;
-    assert!(fits(&browser).await, "the API keys page scrolls sideways");
+    assert!(browser.fits().await, "the API keys page scrolls sideways");
     let label = browser.find("#key_label").await;
     browser.type_into(&label, "phone").await;
     browser.keys(ENTER).await;
@@ -128,8 +130,8 @@ async fn api_keys_are_created_shown_once_and_revoked_in_a_real_browser() {
     })
     .await;
     assert!(
-        fits(&browser).await,
+        browser.fits().await,
         "the new key's page scrolls sideways at 390 px"
     );
-    save(&browser, "api-keys-phone").await;
+    browser.save("api-keys-phone").await;
 }

@@ -7,76 +7,8 @@
 use std::time::Duration;
 
 use crate::deliveries::{Receiver, Reply};
-use crate::support::webdriver::Browser;
+use crate::support::webdriver::{Browser, ENTER};
 use crate::support::{TestApp, spawn_app_with, visa, wait_until};
-
-/// Tab and Enter, as WebDriver names them.
-const TAB: &str = "\u{E004}";
-const ENTER: &str = "\u{E007}";
-
-async fn save(browser: &Browser, name: &str) {
-    if let Ok(dir) = std::env::var("DASHBOARD_SCREENSHOTS") {
-        let png = browser.screenshot().await;
-        std::fs::create_dir_all(&dir).expect("screenshot dir");
-        std::fs::write(format!("{dir}/{name}.png"), png).expect("screenshot written");
-    }
-}
-
-/// Whether the page is no wider than the window (no sideways scroll).
-async fn fits(browser: &Browser) -> bool {
-    browser
-        .script("return document.documentElement.scrollWidth <= window.innerWidth;")
-        .await
-        .as_bool()
-        .unwrap_or(false)
-}
-
-/// Presses Tab until the focused element matches `css`; a date field takes a Tab stop per
-/// part, so up to 80.
-async fn tab_to(browser: &Browser, css: &str) {
-    let check = format!(
-        "return document.activeElement && document.activeElement.matches({});",
-        serde_json::to_string(css).unwrap()
-    );
-    for _ in 0..80 {
-        if browser.script(&check).await.as_bool() == Some(true) {
-            return;
-        }
-        browser.keys(TAB).await;
-    }
-    panic!("Tab never reached {css}");
-}
-
-/// The visible controls of the page that have no accessible name (a label, `aria-label`,
-/// or a button's or link's text).
-async fn unnamed_controls(browser: &Browser) -> Vec<String> {
-    let found = browser
-        .script(
-            "return [...document.querySelectorAll('input, select, textarea, button, a')]
-               .filter(e => e.type !== 'hidden')
-               .filter(e => !((e.labels && e.labels.length)
-                   || (e.getAttribute('aria-label') || '').trim()
-                   || ((e.tagName === 'BUTTON' || e.tagName === 'A') && e.textContent.trim())))
-               .map(e => e.outerHTML);",
-        )
-        .await;
-    found
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .map(|i| i.as_str().unwrap_or_default().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-async fn wait_for_text(browser: &Browser, text: &str) {
-    wait_until(Duration::from_secs(15), text, || async {
-        browser.text().await.contains(text)
-    })
-    .await;
-}
 
 async fn endpoint_count(app: &TestApp) -> usize {
     let listed = app.get("/v1/webhook_endpoints?limit=100").await.json();
@@ -102,22 +34,22 @@ async fn the_webhooks_pages_work_in_a_real_browser() {
     let field = browser.find("#api_key").await;
     browser.type_into(&field, &app.api_key).await;
     browser.keys(ENTER).await;
-    wait_for_text(&browser, "Overview").await;
-    tab_to(&browser, "nav a[href='/dashboard/webhooks']").await;
+    browser.wait_for_text("Overview").await;
+    browser.tab_to("nav a[href='/dashboard/webhooks']").await;
     browser.keys(ENTER).await;
     wait_until(Duration::from_secs(10), "the webhooks page", || async {
         browser.url().await.ends_with("/dashboard/webhooks")
     })
     .await;
     assert!(browser.text().await.contains("No endpoints yet"));
-    assert_eq!(unnamed_controls(&browser).await, Vec::<String>::new());
+    assert_eq!(browser.unnamed_controls().await, Vec::<String>::new());
 
     // Add an endpoint with the keyboard alone: Tab to each field, type, Enter.
-    tab_to(&browser, "#new_url").await;
+    browser.tab_to("#new_url").await;
     browser.keys(&receiver.url).await;
-    tab_to(&browser, "#new_description").await;
+    browser.tab_to("#new_description").await;
     browser.keys("orders").await;
-    tab_to(&browser, "#new_events").await;
+    browser.tab_to("#new_events").await;
     browser
         .script("document.activeElement.select(); return true;")
         .await;
@@ -126,7 +58,7 @@ async fn the_webhooks_pages_work_in_a_real_browser() {
         .await;
     browser.keys(ENTER).await;
     // The test type is no event type: the API's detail, the typed values kept.
-    wait_for_text(&browser, "webhook_endpoint.test").await;
+    browser.wait_for_text("webhook_endpoint.test").await;
     assert!(browser.text().await.contains("each entry must be"));
     assert_eq!(endpoint_count(&app).await, 0);
     let events = browser.find("#new_events").await;
@@ -135,7 +67,7 @@ async fn the_webhooks_pages_work_in_a_real_browser() {
         .await;
     browser.type_into(&events, "payment.succeeded").await;
     browser.keys(ENTER).await;
-    wait_for_text(&browser, "Signing secret").await;
+    browser.wait_for_text("Signing secret").await;
     let secret = browser
         .script("return document.getElementById('secret').textContent;")
         .await
@@ -164,7 +96,7 @@ async fn the_webhooks_pages_work_in_a_real_browser() {
 
     // Every control of the endpoint's page has a name and is reached with Tab, in order.
     browser.goto(&page).await;
-    assert_eq!(unnamed_controls(&browser).await, Vec::<String>::new());
+    assert_eq!(browser.unnamed_controls().await, Vec::<String>::new());
     for css in [
         "form[action$='/status'] button",
         "form[action$='/test'] button",
@@ -181,14 +113,14 @@ async fn the_webhooks_pages_work_in_a_real_browser() {
         "#confirm_delete",
         "form[action$='/delete'] button",
     ] {
-        tab_to(&browser, css).await;
+        browser.tab_to(css).await;
     }
 
     // Send test event: delivered.
     browser.goto(&page).await;
     let test = browser.find("form[action$='/test'] button").await;
     browser.click(&test).await;
-    wait_for_text(&browser, "Delivered").await;
+    browser.wait_for_text("Delivered").await;
     let delivered = browser
         .script(
             "return [...document.querySelectorAll('section[aria-labelledby=test_title] dd')]
@@ -198,7 +130,7 @@ async fn the_webhooks_pages_work_in_a_real_browser() {
     assert_eq!(delivered[0], "yes", "{delivered}");
     assert_eq!(delivered[1], "200", "{delivered}");
     assert_eq!(receiver.received().len(), 1);
-    save(&browser, "webhooks").await;
+    browser.save("webhooks").await;
 
     // A delivery that fails every attempt, then replayed from the page: delivered.
     receiver.behave(|_, _| Reply::status(500));
@@ -211,7 +143,7 @@ async fn the_webhooks_pages_work_in_a_real_browser() {
     assert!(browser.text().await.contains("HTTP 500"));
     let replay = browser.find("form[action$='/replay'] button").await;
     browser.click(&replay).await;
-    wait_for_text(&browser, "Queued 1 failed delivery").await;
+    browser.wait_for_text("Queued 1 failed delivery").await;
     receiver
         .wait_for("the replayed delivery", |r| r.len() > attempts)
         .await;
@@ -229,11 +161,11 @@ async fn the_webhooks_pages_work_in_a_real_browser() {
         format!("/webhooks/{id}"),
     ] {
         browser.goto(&format!("{dashboard}{path}")).await;
-        assert!(fits(&browser).await, "{path} scrolls sideways at 390 px");
+        assert!(browser.fits().await, "{path} scrolls sideways at 390 px");
     }
     let rotate = browser.find("form[action$='/rotate'] button").await;
     browser.click(&rotate).await;
-    wait_for_text(&browser, "Secret rotated.").await;
-    assert!(fits(&browser).await, "the secret's page scrolls sideways");
+    browser.wait_for_text("Secret rotated.").await;
+    assert!(browser.fits().await, "the secret's page scrolls sideways");
     browser.resize(1280, 800).await;
 }

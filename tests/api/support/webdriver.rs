@@ -214,6 +214,79 @@ impl Browser {
     }
 }
 
+/// Tab and Enter, as WebDriver names them.
+pub const TAB: &str = "\u{E004}";
+pub const ENTER: &str = "\u{E007}";
+
+/// What the dashboard's browser tests ask of a page.
+impl Browser {
+    /// Saves the page as `<DASHBOARD_SCREENSHOTS>/<name>.png` when that variable is set.
+    pub async fn save(&self, name: &str) {
+        if let Ok(dir) = std::env::var("DASHBOARD_SCREENSHOTS") {
+            let png = self.screenshot().await;
+            std::fs::create_dir_all(&dir).expect("screenshot dir");
+            std::fs::write(format!("{dir}/{name}.png"), png).expect("screenshot written");
+        }
+    }
+
+    /// Whether the page is no wider than the window (no sideways scroll).
+    pub async fn fits(&self) -> bool {
+        self.script("return document.documentElement.scrollWidth <= window.innerWidth;")
+            .await
+            .as_bool()
+            .unwrap_or(false)
+    }
+
+    /// Presses Tab until the focused element matches `css`; a date field takes a Tab stop
+    /// per part, so up to 80.
+    pub async fn tab_to(&self, css: &str) {
+        let check = format!(
+            "return document.activeElement && document.activeElement.matches({});",
+            serde_json::to_string(css).expect("a string")
+        );
+        for _ in 0..80 {
+            if self.script(&check).await.as_bool() == Some(true) {
+                return;
+            }
+            self.keys(TAB).await;
+        }
+        panic!("Tab never reached {css}");
+    }
+
+    /// Waits (up to 15 s) until the page's text contains `text`: a key press that submits a
+    /// form does not wait for the next page as a navigation does.
+    pub async fn wait_for_text(&self, text: &str) {
+        wait_until(Duration::from_secs(15), text, || async {
+            self.text().await.contains(text)
+        })
+        .await;
+    }
+
+    /// The visible controls of the page that have no accessible name (a label,
+    /// `aria-label`, or a button's or link's text).
+    pub async fn unnamed_controls(&self) -> Vec<String> {
+        let found = self
+            .script(
+                "return [...document.querySelectorAll('input, select, textarea, button, a')]
+                   .filter(e => e.type !== 'hidden')
+                   .filter(e => !((e.labels && e.labels.length)
+                       || (e.getAttribute('aria-label') || '').trim()
+                       || ((e.tagName === 'BUTTON' || e.tagName === 'A') && e.textContent.trim())))
+                   .map(e => e.outerHTML);",
+            )
+            .await;
+        found
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .map(|i| i.as_str().unwrap_or_default().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
 impl Drop for Browser {
     /// Ends the browser session (so chromedriver closes Chromium), then chromedriver. A plain
     /// blocking request: a drop cannot wait on the runtime.
