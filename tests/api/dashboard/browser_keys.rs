@@ -17,11 +17,7 @@ async fn api_keys_are_created_shown_once_and_revoked_in_a_real_browser() {
     let app = spawn_app().await;
     let dashboard = format!("{}/dashboard", app.address);
 
-    browser.goto(&dashboard).await;
-    let field = browser.find("#api_key").await;
-    browser.type_into(&field, &app.api_key).await;
-    browser.keys(ENTER).await;
-    assert!(browser.text().await.contains("Overview"));
+    browser.sign_in(&dashboard, &app.api_key).await;
 
     // To the page with Tab and Enter.
     browser.tab_to("nav a[href='/dashboard/api-keys']").await;
@@ -69,11 +65,7 @@ async fn api_keys_are_created_shown_once_and_revoked_in_a_real_browser() {
     let Some(second) = Browser::start().await else {
         return;
     };
-    second.goto(&dashboard).await;
-    let field = second.find("#api_key").await;
-    second.type_into(&field, &key).await;
-    second.keys(ENTER).await;
-    assert!(second.text().await.contains("Overview"));
+    second.sign_in(&dashboard, &key).await;
     assert!(!on_sign_in(&second).await);
 
     // Revoke it, with the keyboard.

@@ -30,11 +30,7 @@ async fn the_webhooks_pages_work_in_a_real_browser() {
     let dashboard = format!("{}/dashboard", app.address);
 
     // Sign in, then to the Webhooks page with Tab and Enter.
-    browser.goto(&dashboard).await;
-    let field = browser.find("#api_key").await;
-    browser.type_into(&field, &app.api_key).await;
-    browser.keys(ENTER).await;
-    browser.wait_for_text("Overview").await;
+    browser.sign_in(&dashboard, &app.api_key).await;
     browser.tab_to("nav a[href='/dashboard/webhooks']").await;
     browser.keys(ENTER).await;
     wait_until(Duration::from_secs(10), "the webhooks page", || async {

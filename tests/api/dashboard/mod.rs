@@ -2,6 +2,7 @@
 //! once whatever the hands do. `browser.rs` drives it in a real Chromium.
 
 mod browser;
+mod browser_keyboard;
 mod browser_keys;
 mod browser_webhooks;
 mod forms;

@@ -220,6 +220,16 @@ pub const ENTER: &str = "\u{E007}";
 
 /// What the dashboard's browser tests ask of a page.
 impl Browser {
+    /// Signs in to the dashboard at `dashboard` (its URL) with `key`, with the keyboard: the
+    /// key typed into the `API key` field, Enter; waits for the overview.
+    pub async fn sign_in(&self, dashboard: &str, key: &str) {
+        self.goto(dashboard).await;
+        let field = self.find("#api_key").await;
+        self.type_into(&field, key).await;
+        self.keys(ENTER).await;
+        self.wait_for_text("Payments per day").await;
+    }
+
     /// Saves the page as `<DASHBOARD_SCREENSHOTS>/<name>.png` when that variable is set.
     pub async fn save(&self, name: &str) {
         if let Ok(dir) = std::env::var("DASHBOARD_SCREENSHOTS") {
