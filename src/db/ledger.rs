@@ -203,6 +203,13 @@ const RULES: &[&str] = &[
             || CAST(COUNT(e.transaction_id) AS TEXT) || ' entries' AS detail \
      FROM balance_transactions t LEFT JOIN ledger_entries e ON e.transaction_id = t.id \
      GROUP BY t.id HAVING COALESCE(SUM(e.amount), 0) <> 0 OR COUNT(e.transaction_id) = 0",
+    // Every entry belongs to a transaction (no foreign key says so: see the migration
+    // `ledger_entries_unreferenced`).
+    "SELECT 'entry_has_transaction' AS rule, e.transaction_id AS subject, \
+            'a ' || e.account || ' entry of ' || CAST(e.amount AS TEXT) \
+            || ' without its transaction' AS detail \
+     FROM ledger_entries e \
+     WHERE NOT EXISTS (SELECT 1 FROM balance_transactions t WHERE t.id = e.transaction_id)",
     // Net is amount less fee; a fee is never negative.
     "SELECT 'net_is_amount_less_fee' AS rule, id AS subject, \
             'amount ' || CAST(amount AS TEXT) || ', fee ' || CAST(fee AS TEXT) \

@@ -349,7 +349,7 @@ async fn ledger_verify_passes_a_true_ledger_and_names_each_violation() {
     assert!(delete.is_err(), "a DELETE of the ledger must be refused");
 
     // Break it behind the service's back: a payment's captured amount no longer matches its
-    // charge, and a transaction whose entries do not balance.
+    // charge, a transaction whose entries do not balance, and an entry of no transaction.
     let merchant_id = app.merchant_id.clone();
     let pid = payment_id.clone();
     app.state
@@ -362,17 +362,24 @@ async fn ledger_verify_passes_a_true_ledger_and_names_each_violation() {
                  VALUES ('txn_broken', '{merchant_id}', 'refund_failure', '{pid}', 5, 0, 5,
                      'usd', '2026-01-01 00:00:00', '2026-01-01 00:00:00');
                  INSERT INTO ledger_entries (transaction_id, account, merchant_id, currency, amount)
-                 VALUES ('txn_broken', 'merchant_balance', '{merchant_id}', 'usd', 5);"
+                 VALUES ('txn_broken', 'merchant_balance', '{merchant_id}', 'usd', 5);
+                 INSERT INTO ledger_entries (transaction_id, account, merchant_id, currency, amount)
+                 VALUES ('txn_orphan', 'platform_fees', '{merchant_id}', 'usd', 7);"
             ))
         })
         .await
         .unwrap();
     let (code, out) = verify_command(&url);
     assert_eq!(code, 1, "{out}");
-    for rule in ["entries_sum_to_zero", "payment_charges"] {
+    for rule in [
+        "entries_sum_to_zero",
+        "payment_charges",
+        "entry_has_transaction",
+    ] {
         assert!(out.contains(rule), "{rule} not reported: {out}");
     }
     assert!(out.contains("txn_broken"), "{out}");
+    assert!(out.contains("txn_orphan"), "{out}");
     assert!(out.lines().last().unwrap().contains("violations"), "{out}");
     // This test broke its ledger on purpose: the check at the end of every test would fail.
     std::mem::forget(app);

@@ -1,0 +1,11 @@
+-- A ledger entry no longer references its balance transaction by a foreign key.
+--
+-- The check ran once per entry, three times per new payment, as a query each connection
+-- plans once and keeps: a connection that first wrote an entry while balance_transactions
+-- was small kept a sequential scan of it, and where statistics are not refreshed
+-- (autovacuum off) every later entry read the whole, growing table. New payments fell from
+-- 4 000 to 300 a second within a minute of the benchmark (docs/benchmark.md, fourteenth
+-- sitting). An entry is written only in the statement batch that writes its transaction,
+-- and neither is ever updated or deleted (the append-only triggers); `ledger verify` checks
+-- that every entry has its transaction (rule `entry_has_transaction`).
+ALTER TABLE ledger_entries DROP CONSTRAINT ledger_entries_transaction_id_fkey;
