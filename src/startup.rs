@@ -177,6 +177,38 @@ impl Application {
 }
 
 /// Every background task of an instance, started here and nowhere else; each stops when
+/// Where the server's autovacuum is off, analyzes the tables that changed enough, every
+/// [`statistics::EVERY`](crate::db::statistics::EVERY) (see [`crate::db::statistics`]).
+fn spawn_statistics_keeper(state: &AppState) {
+    use crate::db::statistics;
+    let worker = state.clone();
+    let every = statistics::EVERY;
+    state
+        .shutdown
+        .spawn_periodic("planner statistics", every, every, move || {
+            let state = worker.clone();
+            async move {
+                let analyzed = state
+                    .db
+                    .run(|conn| {
+                        if statistics::autovacuum_off(conn)? {
+                            statistics::analyze_stale(conn)
+                        } else {
+                            Ok(Vec::new())
+                        }
+                    })
+                    .await;
+                match analyzed {
+                    Ok(tables) if !tables.is_empty() => {
+                        tracing::debug!(?tables, "analyzed (autovacuum is off)")
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(error = %e, "could not analyze stale tables"),
+                }
+            }
+        });
+}
+
 /// [`Application::run_until_stopped`] asks the shutdown handle to (the group-commit lanes
 /// of [`crate::payments::start_writes`] stop with the last handle to them).
 fn start_background_tasks(state: &AppState) {
@@ -199,6 +231,7 @@ fn start_background_tasks(state: &AppState) {
     crate::reconcile::spawn_scheduled(state);
     crate::reconcile::spawn_metrics(state);
     crate::dashboard::spawn_session_cleanup(state);
+    spawn_statistics_keeper(state);
     inbound::spawn_retention_task(state);
     crate::events::spawn_retention_task(state);
     crate::deliveries::spawn_worker(state);

@@ -23,6 +23,7 @@ pub mod pool;
 pub mod reconciliation;
 pub mod refunds;
 pub mod schema;
+pub mod statistics;
 pub mod webhook_endpoints;
 pub mod webhook_events;
 
