@@ -2,7 +2,8 @@
 //! (a payment that can be refunded, one that can be captured or canceled, an open dispute,
 //! a balance, an endpoint with a delivery, an event, keys), every visible control named, and
 //! Tab from the top of the page reaching every one of them, each a native control (a link,
-//! a button, a field) that Enter or Space works. At 390×844 too: nothing sideways.
+//! a button, a field) that Enter or Space works. At 390×844 too: nothing sideways. Then an
+//! authorization captured in part and another canceled, with the keyboard alone.
 
 use serde_json::json;
 
@@ -54,6 +55,17 @@ async fn every_page_is_reached_and_worked_with_the_keyboard_alone() {
         .post_payment(
             "kb-manual",
             &json!({"amount": 1200, "currency": "usd", "payment_method": "pm_card_visa",
+                "capture_method": "manual"}),
+        )
+        .await
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let to_cancel = app
+        .post_payment(
+            "kb-manual-2",
+            &json!({"amount": 700, "currency": "usd", "payment_method": "pm_card_visa",
                 "capture_method": "manual"}),
         )
         .await
@@ -120,4 +132,29 @@ async fn every_page_is_reached_and_worked_with_the_keyboard_alone() {
             assert!(browser.fits().await, "{path} at {width}px scrolls sideways");
         }
     }
+
+    // Capture 5.00 of the 12.00 authorized, then cancel the other, with Tab, keys and Enter.
+    browser.resize(1280, 800).await;
+    browser
+        .goto(&format!("{dashboard}/payments/{manual}"))
+        .await;
+    browser.tab_to("#capture_amount").await;
+    browser.keys("5.00").await;
+    browser.keys(crate::support::webdriver::ENTER).await;
+    browser.wait_for_text("Capture requested.").await;
+    let captured = app.get(&format!("/v1/payments/{manual}")).await.json();
+    assert_eq!(captured["status"], "succeeded");
+    assert_eq!(captured["amount_captured"], 500);
+    browser
+        .goto(&format!("{dashboard}/payments/{to_cancel}"))
+        .await;
+    browser
+        .tab_to(&format!(
+            "form[action='/dashboard/payments/{to_cancel}/cancel'] button"
+        ))
+        .await;
+    browser.keys(crate::support::webdriver::ENTER).await;
+    browser.wait_for_text("Cancel requested.").await;
+    let canceled = app.get(&format!("/v1/payments/{to_cancel}")).await.json();
+    assert_eq!(canceled["status"], "canceled");
 }
