@@ -124,6 +124,29 @@ fn events_text(stored: &str) -> String {
     }
 }
 
+/// The answer to an action whose result the endpoint's page shows (200, not a redirect):
+/// `top` made from the operation's answer above the page, or the refusal on the page.
+async fn shown_on_endpoint(
+    state: &AppState,
+    id: &str,
+    acted: Acted,
+    top: impl FnOnce(&Answer) -> Option<Markup>,
+) -> HttpResponse {
+    match acted {
+        Acted::Done(session, answer) => match top(&answer) {
+            Some(top) => {
+                let deliveries = Deliveries::default();
+                render_endpoint(state, &session, id, &deliveries, 200, top, None).await
+            }
+            None => layout::unavailable(),
+        },
+        Acted::Refused(session, status, detail) => {
+            refused_on_endpoint(state, &session, id, status, &detail, None).await
+        }
+        Acted::Answered(response) => response,
+    }
+}
+
 fn answer_json(answer: &Answer) -> Value {
     serde_json::from_str(&answer.body).unwrap_or(Value::Null)
 }
@@ -655,32 +678,15 @@ pub async fn rotate(
         }
     })
     .await;
-    match ran {
-        Acted::Done(session, answer) => {
-            let rotated = answer_json(&answer);
-            let Some(secret) = rotated["secret"].as_str() else {
-                return layout::unavailable();
-            };
-            let top = html! {
-                (notice("Secret rotated."))
-                (secret_shown(secret, &answer))
-            };
-            render_endpoint(
-                &state,
-                &session,
-                &path,
-                &Deliveries::default(),
-                200,
-                top,
-                None,
-            )
-            .await
-        }
-        Acted::Refused(session, status, detail) => {
-            refused_on_endpoint(&state, &session, &path, status, &detail, None).await
-        }
-        Acted::Answered(response) => response,
-    }
+    shown_on_endpoint(&state, &path, ran, |answer| {
+        let rotated = answer_json(answer);
+        let secret = rotated["secret"].as_str()?;
+        Some(html! {
+            (notice("Secret rotated."))
+            (secret_shown(secret, answer))
+        })
+    })
+    .await
 }
 
 /// `POST /dashboard/webhooks/{id}/test`: one signed test event now; how it went.
@@ -699,11 +705,10 @@ pub async fn test(
         }
     })
     .await;
-    match ran {
-        Acted::Done(session, answer) => {
-            let result = answer_json(&answer);
-            let delivered = result["delivered"].as_bool() == Some(true);
-            let top = html! {
+    shown_on_endpoint(&state, &path, ran, |answer| {
+        let result = answer_json(answer);
+        let delivered = result["delivered"].as_bool() == Some(true);
+        Some(html! {
                 section.card aria-labelledby="test_title" role="status" {
                     h2 #test_title { "Test event" }
                     dl.fields {
@@ -714,25 +719,11 @@ pub async fn test(
                         dt { "Error" } dd { (result["error"].as_str().unwrap_or("–")) }
                         dt { "Duration" } dd { (result["duration_ms"].as_u64().unwrap_or(0)) " ms" }
                     }
-                    (replayed_note(&answer))
+                    (replayed_note(answer))
                 }
-            };
-            render_endpoint(
-                &state,
-                &session,
-                &path,
-                &Deliveries::default(),
-                200,
-                top,
-                None,
-            )
-            .await
-        }
-        Acted::Refused(session, status, detail) => {
-            refused_on_endpoint(&state, &session, &path, status, &detail, None).await
-        }
-        Acted::Answered(response) => response,
-    }
+        })
+    })
+    .await
 }
 
 /// The `Events since` field as RFC 3339: a `datetime-local` value (no offset) is UTC;
@@ -770,33 +761,18 @@ pub async fn replay(
         }
     })
     .await;
-    match ran {
-        Acted::Done(session, answer) => {
-            let queued = answer_json(&answer)["queued"].as_u64().unwrap_or(0);
-            let said = match queued {
-                1 => "Queued 1 failed delivery to be sent again.".to_owned(),
-                n => format!("Queued {n} failed deliveries to be sent again."),
-            };
-            let top = html! {
-                (notice(&said))
-                (replayed_note(&answer))
-            };
-            render_endpoint(
-                &state,
-                &session,
-                &path,
-                &Deliveries::default(),
-                200,
-                top,
-                None,
-            )
-            .await
-        }
-        Acted::Refused(session, status, detail) => {
-            refused_on_endpoint(&state, &session, &path, status, &detail, None).await
-        }
-        Acted::Answered(response) => response,
-    }
+    shown_on_endpoint(&state, &path, ran, |answer| {
+        let queued = answer_json(answer)["queued"].as_u64().unwrap_or(0);
+        let said = match queued {
+            1 => "Queued 1 failed delivery to be sent again.".to_owned(),
+            n => format!("Queued {n} failed deliveries to be sent again."),
+        };
+        Some(html! {
+            (notice(&said))
+            (replayed_note(answer))
+        })
+    })
+    .await
 }
 
 /// `POST /dashboard/webhooks/{id}/delete`: the API's delete (which takes no
