@@ -75,6 +75,13 @@ pub(crate) fn unplanned(
 #[derive(Clone)]
 pub struct Db {
     pool: Pool,
+    /// One permit per pooled connection: a call waits for one here, as a small future,
+    /// before it takes a blocking thread. Without it every waiting call held a blocking
+    /// thread of its own, parked on the pool (up to 512 per worker): with 10 000 requests in
+    /// flight, hundreds of threads, each with its stack and its share of the allocator's
+    /// arenas, were most of the service's memory (docs/benchmark.md). Fair: first come, first
+    /// served, where the pool's own wait wakes an arbitrary thread.
+    permits: std::sync::Arc<tokio::sync::Semaphore>,
     /// How long a caller waits for [`Db::run`]: none on SQLite (a local file, whose waits
     /// are bounded by its busy timeout), [`SERVER_DEADLINE`] on PostgreSQL.
     deadline: Option<Duration>,
@@ -94,8 +101,10 @@ impl Db {
     pub fn new(pool: Pool, target: &DatabaseTarget) -> Self {
         let postgres = matches!(target, DatabaseTarget::Postgres(_));
         let deadline = postgres.then_some(SERVER_DEADLINE);
+        let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(pool.max_size() as usize));
         Self {
             pool,
+            permits,
             deadline,
             postgres,
         }
@@ -116,18 +125,29 @@ impl Db {
         T: Send + 'static,
     {
         let pool = self.pool.clone();
-        let task = actix_web::rt::task::spawn_blocking(move || {
-            let mut conn = pool
-                .get()
+        let permits = self.permits.clone();
+        let task = async move {
+            let permit = permits
+                .acquire_owned()
+                .await
                 .map_err(|e| DbError::Unavailable(e.to_string()))?;
-            let result = f(&mut conn);
-            if let Err(e) = &result
-                && connection_lost(e)
-            {
-                conn.lose();
-            }
-            result.map_err(DbError::from)
-        });
+            actix_web::rt::task::spawn_blocking(move || {
+                // Held until the work is done, even by a caller that gave up.
+                let _permit = permit;
+                let mut conn = pool
+                    .get()
+                    .map_err(|e| DbError::Unavailable(e.to_string()))?;
+                let result = f(&mut conn);
+                if let Err(e) = &result
+                    && connection_lost(e)
+                {
+                    conn.lose();
+                }
+                result.map_err(DbError::from)
+            })
+            .await
+            .map_err(|_| DbError::TaskFailed)
+        };
         // Given up, the task runs on on its thread, with its connection.
         self.within_deadline(task).await
     }
