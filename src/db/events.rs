@@ -167,15 +167,16 @@ pub fn sequence_pending(conn: &mut DbConnection, batch: i64) -> QueryResult<usiz
 }
 
 /// Deletes up to `batch` events created before `cutoff`, oldest first (their deliveries go
-/// with them: ON DELETE CASCADE). Returns how many.
+/// with them: ON DELETE CASCADE). Returns how many. An event's id is made with it and is
+/// time-ordered: the events before `cutoff` are a range of the primary key.
 pub fn delete_created_before(
     conn: &mut DbConnection,
     cutoff: Timestamp,
     batch: i64,
 ) -> QueryResult<usize> {
     let ids: Vec<String> = events::table
-        .filter(events::created_at.lt(cutoff))
-        .order(events::created_at.asc())
+        .filter(events::id.lt(crate::domain::EventId::first_at(cutoff)))
+        .order(events::id.asc())
         .select(events::id)
         .limit(batch)
         .load(conn)?;
