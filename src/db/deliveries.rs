@@ -58,9 +58,36 @@ impl DeliveryRow {
     }
 }
 
+super::insert::unnest_insert! {
+    /// The deliveries of a group-commit batch's events, in one prepared statement.
+    InsertDeliveries<'a> for DeliveryRow => "webhook_deliveries" {
+        id: diesel::sql_types::Text = |r| -> &'a str { &r.id },
+        endpoint_id: diesel::sql_types::Text = |r| -> &'a str { &r.endpoint_id },
+        event_id: diesel::sql_types::Text = |r| -> &'a str { &r.event_id },
+        event_type: diesel::sql_types::Text = |r| -> &'a str { &r.event_type },
+        status: diesel::sql_types::Text = |r| -> &'static str { r.status.as_str() },
+        attempts: diesel::sql_types::Integer = |r| -> i32 { r.attempts },
+        next_attempt_at: diesel::sql_types::Nullable<diesel::sql_types::Timestamp> =
+            |r| -> Option<Timestamp> { r.next_attempt_at },
+        lease_token: diesel::sql_types::Nullable<diesel::sql_types::Text> =
+            |r| -> Option<&'a str> { r.lease_token.as_deref() },
+        lease_expires_at: diesel::sql_types::Nullable<diesel::sql_types::Timestamp> =
+            |r| -> Option<Timestamp> { r.lease_expires_at },
+        last_attempt_at: diesel::sql_types::Nullable<diesel::sql_types::Timestamp> =
+            |r| -> Option<Timestamp> { r.last_attempt_at },
+        last_status_code: diesel::sql_types::Nullable<diesel::sql_types::Integer> =
+            |r| -> Option<i32> { r.last_status_code },
+        last_error: diesel::sql_types::Nullable<diesel::sql_types::Text> =
+            |r| -> Option<&'a str> { r.last_error.as_deref() },
+        last_duration_ms: diesel::sql_types::Nullable<diesel::sql_types::BigInt> =
+            |r| -> Option<i64> { r.last_duration_ms },
+        created_at: diesel::sql_types::Timestamp = |r| -> Timestamp { r.created_at },
+    }
+}
+
 /// Inserts `rows`: one statement on PostgreSQL (however many), one per row on SQLite.
 pub fn insert(conn: &mut DbConnection, rows: &[DeliveryRow]) -> QueryResult<()> {
-    super::insert_rows!(conn, webhook_deliveries::table, rows)
+    super::insert_rows!(conn, webhook_deliveries::table, rows, InsertDeliveries)
 }
 
 type DueAndFree = diesel::dsl::And<

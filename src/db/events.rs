@@ -40,9 +40,21 @@ pub struct NewEventRow<'a> {
     pub created_at: Timestamp,
 }
 
+super::insert::unnest_insert! {
+    /// The events of a group-commit batch, in one prepared statement.
+    InsertEvents<'a> for NewEventRow<'a> => "events" {
+        id: diesel::sql_types::Text = |r| -> &'a str { r.id },
+        merchant_id: diesel::sql_types::Text = |r| -> &'a str { r.merchant_id },
+        event_type: diesel::sql_types::Text = |r| -> &'a str { r.event_type },
+        object_id: diesel::sql_types::Text = |r| -> &'a str { r.object_id },
+        body: diesel::sql_types::Text = |r| -> &'a str { r.body },
+        created_at: diesel::sql_types::Timestamp = |r| -> Timestamp { r.created_at },
+    }
+}
+
 /// Inserts `rows`: one statement on PostgreSQL (however many), one per row on SQLite.
 pub fn insert(conn: &mut DbConnection, rows: &[NewEventRow<'_>]) -> QueryResult<()> {
-    super::insert_rows!(conn, events::table, rows)
+    super::insert_rows!(conn, events::table, rows, InsertEvents)
 }
 
 pub fn find(conn: &mut DbConnection, merchant_id: &str, id: &str) -> QueryResult<Option<EventRow>> {

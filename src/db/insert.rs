@@ -1,19 +1,79 @@
 //! Inserting many rows of one table.
+//!
+//! On PostgreSQL a slice of rows goes as one statement whatever its length: `INSERT INTO t
+//! (a, b, …) SELECT * FROM unnest($1, $2, …)`, one array per column. Its text is the same for
+//! every batch size, so each connection prepares it once and never parses or plans it again
+//! (diesel's multi-row `VALUES` was a new text per batch size, parsed and planned on every
+//! group-commit batch: part of the fifth of PostgreSQL's time that went to parsing and
+//! planning, docs/benchmark.md). SQLite inserts row by row (diesel's connection over both
+//! backends has no multi-row insert for it, and there is no network round trip to save).
 
-/// Inserts the slice `$rows` into `$table`: one statement on PostgreSQL however many rows,
-/// one statement per row on SQLite (diesel's connection over both backends has no
-/// multi-row insert for SQLite). The rows are inserted as owned values: rows whose typed
-/// columns are written through `serialize_as` have no insert by reference. Evaluates to
+/// Defines `$name<$lt>`, the PostgreSQL insert of a slice of `$row` into `$table` as one
+/// array per column: `column: SqlType = |row| value` for each column, in the table's order.
+macro_rules! unnest_insert {
+    (
+        $(#[$meta:meta])*
+        $name:ident<$lt:lifetime> for $row:ty => $table:literal {
+            $($column:ident: $sql:ty = |$r:ident| -> $rust:ty { $get:expr }),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name<$lt> {
+            $($column: Vec<$rust>,)+
+        }
+
+        impl<$lt> $name<$lt> {
+            pub fn new(rows: &$lt [$row]) -> Self {
+                Self {
+                    $($column: rows.iter().map(|$r| -> $rust { $get }).collect(),)+
+                }
+            }
+        }
+
+        impl diesel::query_builder::QueryId for $name<'_> {
+            type QueryId = $name<'static>;
+            const HAS_STATIC_QUERY_ID: bool = true;
+        }
+
+        impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for $name<'_> {
+            fn walk_ast<'b>(
+                &'b self,
+                mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
+            ) -> diesel::QueryResult<()> {
+                out.push_sql(concat!("INSERT INTO ", $table, " ("));
+                let mut first = true;
+                $(
+                    if !std::mem::take(&mut first) {
+                        out.push_sql(", ");
+                    }
+                    out.push_sql(stringify!($column));
+                )+
+                out.push_sql(") SELECT * FROM unnest(");
+                first = true;
+                $(
+                    if !std::mem::take(&mut first) {
+                        out.push_sql(", ");
+                    }
+                    out.push_bind_param::<diesel::sql_types::Array<$sql>, _>(&self.$column)?;
+                )+
+                out.push_sql(")");
+                Ok(())
+            }
+        }
+
+        impl diesel::RunQueryDsl<diesel::PgConnection> for $name<'_> {}
+    };
+}
+
+/// Inserts the slice `$rows` into `$table`: one statement on PostgreSQL however many rows
+/// (`$unnest`, made by [`unnest_insert`]), one statement per row on SQLite. Evaluates to
 /// `QueryResult<()>`.
 macro_rules! insert_rows {
-    ($conn:expr, $table:path, $rows:expr) => {{
+    ($conn:expr, $table:path, $rows:expr, $unnest:ident) => {{
         let rows = $rows;
         match $conn {
-            $crate::db::pool::DbConnection::Postgres(pg) if rows.len() > 1 => {
-                diesel::insert_into($table)
-                    .values(rows.to_vec())
-                    .execute(pg)
-                    .map(|_| ())
+            $crate::db::pool::DbConnection::Postgres(pg) => {
+                diesel::RunQueryDsl::execute($unnest::new(rows), pg).map(|_| ())
             }
             conn => rows.iter().try_for_each(|row| {
                 diesel::insert_into($table)
@@ -26,3 +86,4 @@ macro_rules! insert_rows {
 }
 
 pub(crate) use insert_rows;
+pub(crate) use unnest_insert;

@@ -38,6 +38,33 @@ pub struct EntryRow {
     pub amount: i64,
 }
 
+super::insert::unnest_insert! {
+    /// A group-commit batch's balance transactions, in one prepared statement.
+    InsertTransactions<'a> for TransactionRow => "balance_transactions" {
+        id: diesel::sql_types::Text = |r| -> &'a str { &r.id },
+        merchant_id: diesel::sql_types::Text = |r| -> &'a str { &r.merchant_id },
+        txn_type: diesel::sql_types::Text = |r| -> &'a str { &r.txn_type },
+        source_id: diesel::sql_types::Text = |r| -> &'a str { &r.source_id },
+        amount: diesel::sql_types::BigInt = |r| -> i64 { r.amount },
+        fee: diesel::sql_types::BigInt = |r| -> i64 { r.fee },
+        net: diesel::sql_types::BigInt = |r| -> i64 { r.net },
+        currency: diesel::sql_types::Text = |r| -> &'a str { &r.currency },
+        available_on: diesel::sql_types::Timestamp = |r| -> Timestamp { r.available_on },
+        created_at: diesel::sql_types::Timestamp = |r| -> Timestamp { r.created_at },
+    }
+}
+
+super::insert::unnest_insert! {
+    /// Their entries, in one prepared statement.
+    InsertEntries<'a> for EntryRow => "ledger_entries" {
+        transaction_id: diesel::sql_types::Text = |r| -> &'a str { &r.transaction_id },
+        account: diesel::sql_types::Text = |r| -> &'static str { r.account },
+        merchant_id: diesel::sql_types::Text = |r| -> &'a str { &r.merchant_id },
+        currency: diesel::sql_types::Text = |r| -> &'a str { &r.currency },
+        amount: diesel::sql_types::BigInt = |r| -> i64 { r.amount },
+    }
+}
+
 /// One insert of the transactions and one of their entries. A second transaction of the
 /// same kind for the same object is a unique violation: the caller's transaction fails
 /// rather than count money twice.
@@ -49,8 +76,13 @@ pub fn insert(
     if transactions.is_empty() {
         return Ok(());
     }
-    super::insert_rows!(&mut *conn, balance_transactions::table, transactions)?;
-    super::insert_rows!(conn, ledger_entries::table, entries)
+    super::insert_rows!(
+        &mut *conn,
+        balance_transactions::table,
+        transactions,
+        InsertTransactions
+    )?;
+    super::insert_rows!(conn, ledger_entries::table, entries, InsertEntries)
 }
 
 pub fn find(

@@ -119,7 +119,17 @@ pub fn mark_seen(conn: &mut DbConnection, rows: &[SeenRow]) -> QueryResult<()> {
     if rows.is_empty() {
         return Ok(());
     }
-    super::insert::insert_rows!(conn, reconciliation_seen::table, rows)
+    super::insert::insert_rows!(conn, reconciliation_seen::table, rows, InsertSeen)
+}
+
+super::insert::unnest_insert! {
+    /// The movements a reconciliation run matched, in one prepared statement.
+    InsertSeen<'a> for SeenRow => "reconciliation_seen" {
+        run_id: diesel::sql_types::Text = |r| -> &'a str { &r.run_id },
+        movement_type: diesel::sql_types::Text = |r| -> &'a str { &r.movement_type },
+        reference: diesel::sql_types::Text = |r| -> &'a str { &r.reference },
+        movement_id: diesel::sql_types::Text = |r| -> &'a str { &r.movement_id },
+    }
 }
 
 pub fn forget_run(conn: &mut DbConnection, run_id: &str) -> QueryResult<()> {
