@@ -10,10 +10,13 @@
 
 /// Defines `$name<$lt>`, the PostgreSQL insert of a slice of `$row` into `$table` as one
 /// array per column: `column: SqlType = |row| value` for each column, in the table's order.
+/// `then "…" returning SqlType` ends the statement with that text (`ON CONFLICT …
+/// RETURNING …`), and the statement is a query of that type.
 macro_rules! unnest_insert {
     (
         $(#[$meta:meta])*
-        $name:ident<$lt:lifetime> for $row:ty => $table:literal {
+        $name:ident<$lt:lifetime> for $row:ty => $table:literal
+        $(then $suffix:literal returning $returning:ty)? {
             $($column:ident: $sql:ty = |$r:ident| -> $rust:ty { $get:expr }),+ $(,)?
         }
     ) => {
@@ -57,9 +60,16 @@ macro_rules! unnest_insert {
                     out.push_bind_param::<diesel::sql_types::Array<$sql>, _>(&self.$column)?;
                 )+
                 out.push_sql(")");
+                $(out.push_sql($suffix);)?
                 Ok(())
             }
         }
+
+        $(
+            impl diesel::query_builder::Query for $name<'_> {
+                type SqlType = $returning;
+            }
+        )?
 
         impl diesel::RunQueryDsl<diesel::PgConnection> for $name<'_> {}
     };

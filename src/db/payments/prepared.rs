@@ -15,35 +15,41 @@ use diesel::{QueryResult, RunQueryDsl};
 
 use super::row::PaymentRow;
 
-/// Group commit of claims: `INSERT … SELECT * FROM unnest(<one array per column>) ON
-/// CONFLICT DO NOTHING RETURNING id`. A row whose key is taken is not inserted and its id not
-/// returned. One array per column rather than one `VALUES` tuple per row: the text is the
-/// same for every batch size, so each connection prepares it once (a statement per size
-/// would be up to 128 prepared statements per connection, in both processes' memory).
-pub struct InsertPayments<'a> {
-    id: Vec<&'a str>,
-    merchant_id: Vec<&'a str>,
-    idempotency_key: Vec<&'a str>,
-    request_fingerprint: Vec<&'a str>,
-    amount: Vec<i64>,
-    currency: Vec<&'a str>,
-    payment_method: Vec<&'a str>,
-    customer_id: Vec<Option<&'a str>>,
-    description: Vec<Option<&'a str>>,
-    metadata: Vec<&'a str>,
-    status: Vec<&'a str>,
-    amount_refunded: Vec<i64>,
-    provider_charge_id: Vec<Option<&'a str>>,
-    failure_code: Vec<Option<&'a str>>,
-    failure_message: Vec<Option<&'a str>>,
-    response_status: Vec<Option<i32>>,
-    response_body: Vec<Option<&'a str>>,
-    lease_token: Vec<Option<&'a str>>,
-    lease_expires_at: Vec<Option<crate::domain::Timestamp>>,
-    provider_attempts: Vec<i32>,
-    created_at: Vec<crate::domain::Timestamp>,
-    updated_at: Vec<crate::domain::Timestamp>,
-    capture_method: Vec<&'a str>,
+super::super::insert::unnest_insert! {
+    /// Group commit of claims: `INSERT … SELECT * FROM unnest(<one array per column>) ON
+    /// CONFLICT DO NOTHING RETURNING id`. A row whose key is taken is not inserted and its id
+    /// not returned. One array per column rather than one `VALUES` tuple per row: the text is
+    /// the same for every batch size, so each connection prepares it once (a statement per
+    /// size would be up to 128 prepared statements per connection, in both processes' memory).
+    InsertPayments<'a> for &'a PaymentRow => "payments"
+        then " ON CONFLICT DO NOTHING RETURNING id" returning Text {
+        id: Text = |r| -> &'a str { &r.id },
+        merchant_id: Text = |r| -> &'a str { &r.merchant_id },
+        idempotency_key: Text = |r| -> &'a str { &r.idempotency_key },
+        request_fingerprint: Text = |r| -> &'a str { &r.request_fingerprint },
+        amount: BigInt = |r| -> i64 { r.amount },
+        currency: Text = |r| -> &'a str { &r.currency },
+        payment_method: Text = |r| -> &'a str { &r.payment_method },
+        customer_id: Nullable<Text> = |r| -> Option<&'a str> { r.customer_id.as_deref() },
+        description: Nullable<Text> = |r| -> Option<&'a str> { r.description.as_deref() },
+        metadata: Text = |r| -> &'a str { &r.metadata },
+        status: Text = |r| -> &'a str { r.status.as_str() },
+        amount_refunded: BigInt = |r| -> i64 { r.amount_refunded },
+        provider_charge_id: Nullable<Text> =
+            |r| -> Option<&'a str> { r.provider_charge_id.as_deref() },
+        failure_code: Nullable<Text> = |r| -> Option<&'a str> { r.failure_code.as_deref() },
+        failure_message: Nullable<Text> =
+            |r| -> Option<&'a str> { r.failure_message.as_deref() },
+        response_status: Nullable<Integer> = |r| -> Option<i32> { r.response_status },
+        response_body: Nullable<Text> = |r| -> Option<&'a str> { r.response_body.as_deref() },
+        lease_token: Nullable<Text> = |r| -> Option<&'a str> { r.lease_token.as_deref() },
+        lease_expires_at: Nullable<Timestamp> =
+            |r| -> Option<crate::domain::Timestamp> { r.lease_expires_at },
+        provider_attempts: Integer = |r| -> i32 { r.provider_attempts },
+        created_at: Timestamp = |r| -> crate::domain::Timestamp { r.created_at },
+        updated_at: Timestamp = |r| -> crate::domain::Timestamp { r.updated_at },
+        capture_method: Text = |r| -> &'a str { &r.capture_method },
+    }
 }
 
 /// Group commit of finishes (and a single finish): `UPDATE payments AS p SET <final state>
@@ -75,39 +81,6 @@ pub struct FinishPayments<'a> {
     updated_at: Vec<crate::domain::Timestamp>,
 }
 
-impl<'a> InsertPayments<'a> {
-    pub fn new(rows: &[&'a PaymentRow]) -> Self {
-        let column = |f: fn(&'a PaymentRow) -> &'a str| rows.iter().map(|r| f(r)).collect();
-        let optional =
-            |f: fn(&'a PaymentRow) -> Option<&'a str>| rows.iter().map(|r| f(r)).collect();
-        Self {
-            id: column(|r| &r.id),
-            merchant_id: column(|r| &r.merchant_id),
-            idempotency_key: column(|r| &r.idempotency_key),
-            request_fingerprint: column(|r| &r.request_fingerprint),
-            amount: rows.iter().map(|r| r.amount).collect(),
-            currency: column(|r| &r.currency),
-            payment_method: column(|r| &r.payment_method),
-            customer_id: optional(|r| r.customer_id.as_deref()),
-            description: optional(|r| r.description.as_deref()),
-            metadata: column(|r| &r.metadata),
-            status: rows.iter().map(|r| r.status.as_str()).collect(),
-            amount_refunded: rows.iter().map(|r| r.amount_refunded).collect(),
-            provider_charge_id: optional(|r| r.provider_charge_id.as_deref()),
-            failure_code: optional(|r| r.failure_code.as_deref()),
-            failure_message: optional(|r| r.failure_message.as_deref()),
-            response_status: rows.iter().map(|r| r.response_status).collect(),
-            response_body: optional(|r| r.response_body.as_deref()),
-            lease_token: optional(|r| r.lease_token.as_deref()),
-            lease_expires_at: rows.iter().map(|r| r.lease_expires_at).collect(),
-            provider_attempts: rows.iter().map(|r| r.provider_attempts).collect(),
-            created_at: rows.iter().map(|r| r.created_at).collect(),
-            updated_at: rows.iter().map(|r| r.updated_at).collect(),
-            capture_method: column(|r| &r.capture_method),
-        }
-    }
-}
-
 impl<'a> FinishPayments<'a> {
     pub fn new(rows: &[&'a PaymentRow]) -> Self {
         let optional =
@@ -128,74 +101,9 @@ impl<'a> FinishPayments<'a> {
     }
 }
 
-const INSERT_PAYMENTS_COLUMNS: &str = "INSERT INTO payments (id, merchant_id, \
-     idempotency_key, request_fingerprint, amount, currency, payment_method, customer_id, \
-     description, metadata, status, amount_refunded, provider_charge_id, failure_code, \
-     failure_message, response_status, response_body, lease_token, lease_expires_at, \
-     provider_attempts, created_at, updated_at, capture_method)";
-
-impl QueryId for InsertPayments<'_> {
-    type QueryId = InsertPayments<'static>;
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
 impl QueryId for FinishPayments<'_> {
     type QueryId = FinishPayments<'static>;
     const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl QueryFragment<Pg> for InsertPayments<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        out.push_sql(INSERT_PAYMENTS_COLUMNS);
-        out.push_sql(" SELECT * FROM unnest(");
-        out.push_bind_param::<Array<Text>, _>(&self.id)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Text>, _>(&self.merchant_id)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Text>, _>(&self.idempotency_key)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Text>, _>(&self.request_fingerprint)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<BigInt>, _>(&self.amount)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Text>, _>(&self.currency)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Text>, _>(&self.payment_method)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.customer_id)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.description)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Text>, _>(&self.metadata)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Text>, _>(&self.status)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<BigInt>, _>(&self.amount_refunded)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.provider_charge_id)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.failure_code)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.failure_message)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Nullable<Integer>>, _>(&self.response_status)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.response_body)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Nullable<Text>>, _>(&self.lease_token)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Nullable<Timestamp>>, _>(&self.lease_expires_at)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Integer>, _>(&self.provider_attempts)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Timestamp>, _>(&self.created_at)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Timestamp>, _>(&self.updated_at)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Array<Text>, _>(&self.capture_method)?;
-        out.push_sql(") ON CONFLICT DO NOTHING RETURNING id");
-        Ok(())
-    }
 }
 
 impl QueryFragment<Pg> for FinishPayments<'_> {
@@ -242,15 +150,10 @@ impl QueryFragment<Pg> for FinishPayments<'_> {
     }
 }
 
-impl Query for InsertPayments<'_> {
-    type SqlType = Text;
-}
-
 impl Query for FinishPayments<'_> {
     type SqlType = Text;
 }
 
-impl RunQueryDsl<diesel::PgConnection> for InsertPayments<'_> {}
 impl RunQueryDsl<diesel::PgConnection> for FinishPayments<'_> {}
 
 #[cfg(test)]
