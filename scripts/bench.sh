@@ -7,8 +7,11 @@
 #   (the ledger's hot account), and replays (three runs each: median and spread),
 #   a storm of identical requests, new payments with the provider at 200 ms and 1 000
 #   connections, a storm of 10 000 identical requests over three instances, and new
-#   payments with 1 000 000 payments already stored. Peak RSS of the service throughout.
-# Usage: scripts/bench.sh            (SECONDS_PER_RUN=10 CONNECTIONS=64 by default)
+#   payments with 1 000 000 payments already stored. Peak RSS of the service throughout, and
+#   of the service alone (provider-sim out of process) in a run of new payments; the storm's
+#   balance transactions and `ledger verify` of the sitting's database at the end.
+# Usage: scripts/bench.sh            (SECONDS_PER_RUN=10 CONNECTIONS=64 by default;
+#                                     SLOW_CONNECTIONS=10000 for the slow provider at 10 000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -128,8 +131,23 @@ stop_services
 # checkpoint of their writes does not land inside its measurement.
 flush_wal() { "${PSQL[@]}" -d "$DB" -c "CHECKPOINT"; }
 
+# The same new payments with the provider out of process (provider-sim over HTTP): the
+# service's own memory, without the in-process simulator's book of every charge it made.
 flush_wal
-SLOW_MS=200; SLOW_CONNECTIONS=1000
+SIM_PORT=$((PORT + 10))
+echo "== service alone: provider-sim out of process, $CONNECTIONS connections"
+PROVIDER_SIM_BIND="127.0.0.1:$SIM_PORT" RUST_LOG=warn target/release/provider-sim >>/tmp/payments-bench-service.log 2>&1 &
+SIM_PID=$!
+for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$SIM_PORT/v1/charges?limit=1" >/dev/null 2>&1 && break; sleep 0.1; done
+PROVIDER_URL="http://127.0.0.1:$SIM_PORT" start_service "$PORT" 0
+ALONE=$(loadgen --url "http://127.0.0.1:$PORT" --scenario new --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN"); echo "$ALONE"
+ALONE_RSS=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/${PIDS[0]}/status")
+SIM_RSS=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$SIM_PID/status")
+stop_services
+kill "$SIM_PID" 2>/dev/null || true; wait "$SIM_PID" 2>/dev/null || true
+
+flush_wal
+SLOW_MS=200; SLOW_CONNECTIONS="${SLOW_CONNECTIONS:-1000}"
 # A closed loop of SLOW_CONNECTIONS waiting SLOW_MS per request cannot go faster than this.
 SLOW_CEILING=$((SLOW_CONNECTIONS * 1000 / SLOW_MS))
 echo "== slow provider: $SLOW_MS ms, $SLOW_CONNECTIONS connections"
@@ -145,6 +163,7 @@ STORM3=$(loadgen --url "http://127.0.0.1:$PORT,http://127.0.0.1:$((PORT + 1)),ht
 CHARGES_AFTER=0; for i in 0 1 2; do CHARGES_AFTER=$((CHARGES_AFTER + $(charges_at $((PORT + i))))); done
 STORM3_CHARGES=$((CHARGES_AFTER - CHARGES_BEFORE))
 STORM_ROWS=$("${PSQL[@]}" -d "$DB" -tAc "SELECT count(*) FROM payments WHERE idempotency_key LIKE 'storm-%'")
+STORM_TXNS=$("${PSQL[@]}" -d "$DB" -tAc "SELECT count(*) FROM balance_transactions t JOIN payments p ON p.id = t.source_id WHERE p.idempotency_key LIKE 'storm-%'")
 stop_services
 
 echo "== preload: 1 000 000 payments"
@@ -155,6 +174,7 @@ flush_wal
 start_service "$PORT" 0
 NEW_1M=$(loadgen --url "http://127.0.0.1:$PORT" --scenario new --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN")
 stop_services
+LEDGER=$(DATABASE_URL="$PG/$DB" target/release/payments-api ledger verify 2>&1 | tail -n 1)
 
 new_rps=$(for l in "${NEW[@]}"; do echo "$l" | field rps; done | median)
 replay_rps=$(for l in "${REPLAY[@]}"; do echo "$l" | field rps; done | median)
@@ -177,10 +197,12 @@ new x100  : $(for l in "${SPREAD[@]}"; do echo "$l" | field rps; done | stats) r
 replay    : $(for l in "${REPLAY[@]}"; do echo "$l" | field rps; done | stats) requests/s; last run: $(echo "${REPLAY[-1]}" | sed 's/^RESULT //')
 storm     : $(echo "$STORM" | sed 's/^RESULT //' | tr '\n' ' ') provider charges: $STORM_CHARGES
 slow      : $(echo "$SLOW" | sed 's/^RESULT //')
-storm x3  : $(echo "$STORM3" | sed 's/^RESULT //' | tr '\n' ' ') provider charges: $STORM3_CHARGES, rows for storm keys: $STORM_ROWS (2 storms: target 2)
+storm x3  : $(echo "$STORM3" | sed 's/^RESULT //' | tr '\n' ' ') provider charges: $STORM3_CHARGES, rows for storm keys: $STORM_ROWS, their balance transactions: $STORM_TXNS (2 storms: target 2 and 2)
 new @1M   : $(echo "$NEW_1M" | sed 's/^RESULT //')
 ledger    : new (one merchant)/new over 100 merchants $(ratio "$new_rps" "$spread_rps") (target >= 0.9), new/naive limit $(ratio "$new_rps" "$limit_naive") (target >= 1.5)
 ratios    : new/two-transaction limit $(ratio "$new_rps" "$limit_new") (target >= 1.0), new/batched limit $(ratio "$new_rps" "$limit_batched"), replay/lookup limit $(ratio "$replay_rps" "$limit_lookup") (target >= 1.0)
             slow($SLOW_MS ms, $SLOW_CONNECTIONS conn)/new $(ratio "$slow_rps" "$new_rps") (target >= 0.8; $SLOW_CONNECTIONS connections at $SLOW_MS ms allow at most $SLOW_CEILING/s: $(ratio "$slow_rps" "$SLOW_CEILING") of that), new@1M/new $(ratio "$new_1m_rps" "$new_rps") (target >= 0.9)
 peak RSS  : ${PEAK_RSS} MiB, the highest of every instance over every scenario (target <= 64 MiB)
+alone     : $(echo "$ALONE" | sed 's/^RESULT //'); peak RSS of the service $ALONE_RSS MiB, of provider-sim $SIM_RSS MiB
+ledger    : $LEDGER
 SUMMARY
