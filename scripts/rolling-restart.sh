@@ -42,7 +42,7 @@ for service in "${services[@]}"; do
   began="$EPOCHREALTIME"
   compose stop "$service" > /dev/null 2>&1 &
   stopping=$!
-  # When the balancer stopped sending it requests: the first time it is no longer UP.
+  # When the balancer stopped sending it requests: the first look that finds it not UP.
   out=""
   while kill -0 "$stopping" 2> /dev/null; do
     if [ -z "$out" ] && ! lb_up "$service"; then
@@ -61,7 +61,8 @@ for service in "${services[@]}"; do
   ready="$(since "$started")"
   wait_until "$TIMEOUT_S" lb_up "$service" \
     || fail "$service is healthy but not UP in the balancer ($(lb_status "$service"))"
-  echo "$service: out of the balancer ${out:-before the first look} s after SIGTERM;" \
-    "drained and exited 0 after $stopped s; started, healthy after $ready s," \
+  # Times count from when `compose stop` / `compose start` began, their own start-up included.
+  echo "$service: out of the balancer ${out:-before the first look} s after the stop began;" \
+    "drained and exited 0 after $stopped s; started: healthy after $ready s," \
     "UP in the balancer after $(since "$started") s"
 done
