@@ -45,13 +45,18 @@ for service in "${services[@]}"; do
   # When the balancer stopped sending it requests: the first look that finds it not UP.
   out=""
   while kill -0 "$stopping" 2> /dev/null; do
-    if [ -z "$out" ] && ! lb_up "$service"; then
+    if [ -z "$out" ] && lb_out "$service"; then
       out="$(since "$began")"
     fi
     sleep 0.1
   done
   wait "$stopping" || fail "compose stop $service failed"
   stopped="$(since "$began")"
+  # With no request to it, only the health checks notice: it may exit before they do.
+  if [ -z "$out" ]; then
+    wait_until 10 lb_out "$service" || fail "$service stopped but is still UP in the balancer"
+    out="$(since "$began")"
+  fi
   code="$(docker inspect -f '{{.State.ExitCode}}' "$id")"
   [ "$code" = 0 ] || fail "$service exited $code on SIGTERM, not 0 (137: killed at the end of the grace period)"
 
@@ -62,7 +67,7 @@ for service in "${services[@]}"; do
   wait_until "$TIMEOUT_S" lb_up "$service" \
     || fail "$service is healthy but not UP in the balancer ($(lb_status "$service"))"
   # Times count from when `compose stop` / `compose start` began, their own start-up included.
-  echo "$service: out of the balancer ${out:-before the first look} s after the stop began;" \
+  echo "$service: out of the balancer $out s after the stop began;" \
     "drained and exited 0 after $stopped s; started: healthy after $ready s," \
     "UP in the balancer after $(since "$started") s"
 done

@@ -38,3 +38,4 @@ lb_status() {
     '$1 == backend && $2 == server { print $18 }' <<< "$csv"
 }
 lb_up() { [ "$(lb_status "$1")" = UP ]; }
+lb_out() { local status; status="$(lb_status "$1")" && [ "$status" != UP ]; }

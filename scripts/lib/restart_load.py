@@ -247,14 +247,12 @@ def main():
                   f"{(used - own) * 1e6 / payments:.0f} µs CPU per payment above that")
 
     stats_before = lb_stats(args.stats)
-    restart_began = time.time()
+    restart_began = stop_sent = time.time()
     if args.restart:
         restart = subprocess.run(args.restart, shell=True)
         if restart.returncode != 0:
             failures.append(f"the restart exited {restart.returncode}")
-        stop_sent = restart_began
     else:
-        stop_sent = restart_began
         stop = subprocess.run(args.stop, shell=True)
         print(f"stop took {time.time() - stop_sent:.1f} s (exit {stop.returncode})")
         start = subprocess.run(args.start, shell=True)
