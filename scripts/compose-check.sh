@@ -2,21 +2,30 @@
 # The compose demo from the files a user runs, on a machine that cannot pull images:
 #   1. installs what is missing (docker.io, docker-compose, debootstrap) and starts dockerd;
 #   2. makes the base images the files name, once (scripts/compose-base-images.sh);
-#   3. `up --build`, waits on the health checks; checks the image (non-root user, PID 1 is
-#      the binary, its health check) and prints its size;
-#   4. runs scripts/demo.sh against it (the async payment finished by the provider's webhook);
-#   5. stops and starts the service while payments are in flight: a clean SIGTERM exit (0,
-#      within the grace period) and no payment lost (scripts/lib/restart_load.py);
+#   3. `up --build`, waits on the health checks (PostgreSQL, the simulator, both instances of
+#      the service, the balancer); checks the image (non-root user, PID 1 is the binary, its
+#      health check) and prints its size;
+#   4. runs scripts/demo.sh against it, through the balancer (the async payment finished by
+#      the provider's webhook, which comes back through the balancer too);
+#   5. a rolling restart under load (scripts/rolling-restart.sh, run by
+#      scripts/lib/restart_load.py): one instance at a time stopped (SIGTERM, drained, exit 0)
+#      and started while clients post payments; no client call may fail, and PostgreSQL and
+#      the provider must hold exactly one payment and one charge per key;
+#   6. every instance stopped and started at once while payments are in flight: requests in
+#      flight are answered (the drain), the clients' retries carry the rest over, no payment
+#      is lost or charged twice;
 # shows the containers' logs on failure and always tears the project down (containers,
 # network, volume). Uses `docker compose` when the CLI has it, else Debian's docker-compose
 # (COMPOSE="docker-compose" chooses). Needs root (or sudo) for apt-get and dockerd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=lib/ops.sh
+# shellcheck source=scripts/lib/ops.sh
 . scripts/lib/ops.sh
+# shellcheck source=scripts/lib/compose.sh
+. scripts/lib/compose.sh
 
 API_KEY=sk_test_compose_demo_key_000000000001
-PROJECT="${COMPOSE_PROJECT_NAME:-payments-compose-check}"
+export COMPOSE_PROJECT_NAME="${COMPOSE_PROJECT_NAME:-payments-compose-check}"
 step() { printf '\n--> %s\n' "$*"; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -40,33 +49,30 @@ if ! docker version > /dev/null 2>&1 && [ -x /usr/bin/docker ]; then
   export PATH="/usr/bin:$PATH"
 fi
 docker version --format 'docker client {{.Client.Version}}, daemon {{.Server.Version}}'
-if [ -n "${COMPOSE:-}" ]; then
-  read -r -a compose_cmd <<< "$COMPOSE"
-elif docker compose version > /dev/null 2>&1; then
-  compose_cmd=(docker compose)
-else
-  compose_cmd=(docker-compose)
-fi
+compose_command
 "${compose_cmd[@]}" version | sed -n 1p   # sed reads it all: no SIGPIPE under pipefail
 
 step "base images (built here once: no image registry is reachable)"
 scripts/compose-base-images.sh
 
 # Host ports of the project's own, free now: the check must not collide with a service
-# already on 8080/9090. The compose file reads them (defaults 8080, 9090).
+# already on 8080/9090/8404. The compose file reads them (defaults 8080, 9090, 8404).
 PAYMENTS_API_PORT="$(free_port)"
 PROVIDER_SIM_PORT="$(free_port)"
-export PAYMENTS_API_PORT PROVIDER_SIM_PORT
+LB_STATS_PORT="$(free_port)"
+export PAYMENTS_API_PORT PROVIDER_SIM_PORT LB_STATS_PORT
+export LB_STATS_URL="http://127.0.0.1:$LB_STATS_PORT/stats;csv"
 API="http://127.0.0.1:$PAYMENTS_API_PORT"
 PROVIDER="http://127.0.0.1:$PROVIDER_SIM_PORT"
-compose() { "${compose_cmd[@]}" -p "$PROJECT" "$@"; }
+INSTANCES=(api1 api2)
 
 ok=0
 teardown() {
   if [ "$ok" -ne 1 ]; then
     echo "--- logs (the check failed) ---" >&2
     compose ps >&2 || true
-    compose logs --no-color --tail=200 api provider >&2 || true
+    compose logs --no-color --tail=150 "${INSTANCES[@]}" provider >&2 || true
+    compose logs --no-color --tail=60 lb >&2 || true
     compose logs --no-color --tail=40 postgres >&2 || true
   fi
   compose down -v --remove-orphans > /dev/null 2>&1 || true
@@ -81,10 +87,7 @@ started=$SECONDS
 compose build
 echo "build: $((SECONDS - started)) s"
 compose up -d
-container() { compose ps -q "$1"; }
-health() { docker inspect -f '{{.State.Health.Status}}' "$(container "$1")" 2>/dev/null; }
-healthy() { [ "$(health "$1")" = healthy ]; }
-for service in postgres provider api; do
+for service in postgres provider "${INSTANCES[@]}" lb; do
   wait_until 120 healthy "$service" || fail "$service is not healthy ($(health "$service"))"
   echo "$service: healthy"
 done
@@ -93,35 +96,66 @@ step "the image"
 IMAGE=payments-api:compose
 size=$(docker image inspect -f '{{.Size}}' "$IMAGE")
 echo "image $IMAGE: $((size / 1000000)) MB"
-user=$(docker exec "$(container api)" id -u)
+user=$(docker exec "$(container api1)" id -u)
 [ "$user" != 0 ] || fail "the service runs as root"
 echo "runs as uid $user ($(docker image inspect -f '{{.Config.User}}' "$IMAGE"))"
-pid1=$(docker exec "$(container api)" cat /proc/1/cmdline | tr '\0' ' ')
+pid1=$(docker exec "$(container api1)" cat /proc/1/cmdline | tr '\0' ' ')
 [ "${pid1%% *}" = payments-api ] || fail "PID 1 is '$pid1', not the service: SIGTERM would not reach it"
 echo "PID 1: $pid1"
 docker image inspect -f '{{json .Config.Healthcheck.Test}}' "$IMAGE"
+lb_size=$(docker image inspect -f '{{.Size}}' payments-api-lb:compose)
+echo "balancer image payments-api-lb:compose: $((lb_size / 1000000)) MB;" \
+  "$(docker exec "$(container lb)" haproxy -v | sed -n 1p)"
+for instance in "${INSTANCES[@]}"; do
+  wait_until 30 lb_up "$instance" || fail "$instance is not UP in the balancer ($(lb_status "$instance"))"
+done
+echo "balancer: ${INSTANCES[*]} UP"
 
-step "scripts/demo.sh against the compose project"
+step "scripts/demo.sh against the compose project, through the balancer"
 API_KEY=$API_KEY scripts/demo.sh "$API"
 
-step "stop and start the service with payments in flight"
-api_id=$(container api)
-exit_file="$(mktemp)"
+pid_of() { docker inspect -f '{{.State.Pid}}' "$(container "$1")"; }
+psql_cmd="docker exec -i $(container postgres) psql -U postgres -d payments -At -v ON_ERROR_STOP=1"
+
+step "a rolling restart with payments in flight (${INSTANCES[*]}, one at a time)"
+started=$SECONDS
+# COMPOSE_PROJECT_NAME, LB_STATS_URL and COMPOSE reach scripts/rolling-restart.sh through the
+# environment.
 python3 scripts/lib/restart_load.py --api "$API" --key "$API_KEY" --provider "$PROVIDER" \
-  --stop "${compose_cmd[*]} -p $PROJECT stop api && docker inspect -f '{{.State.ExitCode}}' $api_id > $exit_file" \
-  --start "${compose_cmd[*]} -p $PROJECT start api && until [ \"\$(docker inspect -f '{{.State.Health.Status}}' $api_id)\" = healthy ]; do sleep 0.2; done" \
+  --restart "scripts/rolling-restart.sh ${INSTANCES[*]}" --psql "$psql_cmd" --stats "$LB_STATS_URL" \
+  --steady 5 --cpu "lb=$(pid_of lb)" --cpu "api1=$(pid_of api1)" --cpu "api2=$(pid_of api2)" \
+  --cpu "postgres=$(pid_of postgres)" --cpu "provider=$(pid_of provider)" \
+  || fail "payments across the rolling restart (above)"
+echo "rolling restart under load: $((SECONDS - started)) s"
+
+step "every instance stopped and started at once, with payments in flight"
+started=$SECONDS
+ids=()
+for instance in "${INSTANCES[@]}"; do ids+=("$(container "$instance")"); done
+exit_file="$(mktemp)"
+wait_healthy=""
+for id in "${ids[@]}"; do
+  wait_healthy+="until [ \"\$(docker inspect -f '{{.State.Health.Status}}' $id)\" = healthy ]; do sleep 0.2; done; "
+done
+python3 scripts/lib/restart_load.py --api "$API" --key "$API_KEY" --provider "$PROVIDER" \
+  --psql "$psql_cmd" --stats "$LB_STATS_URL" \
+  --stop "${compose_cmd[*]} stop ${INSTANCES[*]} && docker inspect -f '{{.State.ExitCode}}' ${ids[*]} > $exit_file" \
+  --start "${compose_cmd[*]} start ${INSTANCES[*]} && $wait_healthy" \
   || fail "payments across the restart (above)"
 # 0 is the service's own exit after draining on SIGTERM; 137 would be the SIGKILL at the end
 # of the grace period (the signal never reached it, or it did not stop).
-exit_code="$(cat "$exit_file")"
+exit_codes="$(tr '\n' ' ' < "$exit_file")"
 rm -f "$exit_file"
-[ "$exit_code" = 0 ] || fail "the service exited $exit_code on stop, not 0"
-# (The log is read whole first: grep -q would stop reading early, and pipefail would take
-# the writer's SIGPIPE for a failure.)
-api_log="$(compose logs --no-color api)"
-grep -q 'HTTP server stopped' <<< "$api_log" \
-  || fail "the service's log does not show it stopping on SIGTERM"
-echo "stopped on SIGTERM: exit 0 after draining; started again, healthy"
+[ "$exit_codes" = "$(printf '0 %.0s' "${ids[@]}")" ] || fail "the instances exited $exit_codes on stop, not 0"
+# Each instance stopped twice (the rolling restart, then this), each time on SIGTERM. (The log
+# is read whole first: grep -c would stop reading early, and pipefail would take the writer's
+# SIGPIPE for a failure.)
+for instance in "${INSTANCES[@]}"; do
+  log="$(compose logs --no-color "$instance")"
+  stops="$(grep -c 'HTTP server stopped' <<< "$log" || true)"
+  [ "$stops" -ge 2 ] || fail "$instance's log shows $stops stops on SIGTERM, not 2"
+done
+echo "stopped on SIGTERM: exit 0 after draining; started again, healthy ($((SECONDS - started)) s)"
 
 ok=1
 step "compose check passed"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by scripts/test-pgbouncer.sh and scripts/failover.sh: sourced, not run.
 
 # Installs Debian packages that are missing (CI machines start without them).
