@@ -1,16 +1,18 @@
 //! The simulated provider's memory: the first answer to each idempotency key, kept in
 //! segments of time that are let go whole once old (see `retention.rs` for how long).
 //!
-//! A key is kept as text in its segment's one `String`, found again through one table of
-//! 4-byte positions, so a charge's key costs its own bytes and about 4 more (not a `String`
-//! per key). Positions count every entry ever recorded: an entry keeps its position when the
-//! segments before it are let go, so ids made from positions stay valid.
+//! A key is kept in its segment's one buffer (packed, kept_key.rs), found again through one
+//! table of 4-byte positions, so a charge's key costs its own bytes and about 4 more (not a
+//! `String` per key). Positions count every entry ever recorded: an entry keeps its position
+//! when the segments before it are let go, so ids made from positions stay valid.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, RandomState};
 
 use hashbrown::HashTable;
 
+use super::kept_key::{KeptKey, text_of};
 use super::retention::{HeapBytes, SEGMENT_LEN, SEGMENT_SPAN};
 use crate::domain::Timestamp;
 
@@ -24,7 +26,8 @@ struct Segment<T> {
     values: Vec<T>,
     /// Where each entry's key ends in `keys` (it starts where the one before ends).
     key_ends: Vec<u32>,
-    keys: String,
+    /// The keys, each in the form it is kept in ([`KeptKey`]).
+    keys: Vec<u8>,
 }
 
 impl<T> Segment<T> {
@@ -38,7 +41,7 @@ impl<T> Segment<T> {
             newest: now,
             values: Vec::with_capacity(len),
             key_ends: Vec::with_capacity(len),
-            keys: String::with_capacity(text),
+            keys: Vec::with_capacity(text),
         }
     }
 
@@ -61,7 +64,7 @@ impl<T> Segment<T> {
         self.keys.shrink_to_fit();
     }
 
-    fn key(&self, at: usize) -> Option<&str> {
+    fn key(&self, at: usize) -> Option<&[u8]> {
         let start = match at {
             0 => 0,
             _ => *self.key_ends.get(at - 1)? as usize,
@@ -104,7 +107,7 @@ fn locate<T>(segments: &VecDeque<Segment<T>>, position: u64) -> Option<(usize, u
     (at < segments[which].values.len()).then_some((which, at))
 }
 
-fn key_in<T>(segments: &VecDeque<Segment<T>>, position: u64) -> Option<&str> {
+fn key_in<T>(segments: &VecDeque<Segment<T>>, position: u64) -> Option<&[u8]> {
     let (which, at) = locate(segments, position)?;
     segments[which].key(at)
 }
@@ -117,7 +120,8 @@ fn widen(remembered_from: u64, low: u32) -> u64 {
 impl<T, S: BuildHasher> Journal<T, S> {
     /// The position of the answer to `key`, if it is remembered.
     pub fn position(&self, key: &str) -> Option<u64> {
-        let from = self.remembered_from;
+        let (from, key) = (self.remembered_from, KeptKey::of(key));
+        let key = key.bytes();
         let low = self.index.find(self.hasher.hash_one(key), |&low| {
             key_in(&self.segments, widen(from, low)) == Some(key)
         })?;
@@ -128,6 +132,8 @@ impl<T, S: BuildHasher> Journal<T, S> {
     /// `now`; returns its position.
     pub fn record(&mut self, key: &str, value: T, now: Timestamp) -> u64 {
         let position = self.next;
+        let key = KeptKey::of(key);
+        let key = key.bytes();
         if self
             .segments
             .back()
@@ -149,13 +155,13 @@ impl<T, S: BuildHasher> Journal<T, S> {
         let Some(segment) = segments.back_mut() else {
             unreachable!("a segment was just made");
         };
-        segment.keys.push_str(key);
+        segment.keys.extend_from_slice(key);
         segment.key_ends.push(segment.keys.len() as u32);
         segment.values.push(value);
         segment.newest = segment.newest.max(now);
         let from = *remembered_from;
         index.insert_unique(hasher.hash_one(key), position as u32, |&low| {
-            hasher.hash_one(key_in(segments, widen(from, low)).unwrap_or(""))
+            hasher.hash_one(key_in(segments, widen(from, low)).unwrap_or_default())
         });
         self.next += 1;
         position
@@ -172,8 +178,8 @@ impl<T, S: BuildHasher> Journal<T, S> {
     }
 
     /// The key of the entry at `position` (kept as long as the entry, remembered or not).
-    pub fn key(&self, position: u64) -> Option<&str> {
-        key_in(&self.segments, position)
+    pub fn key(&self, position: u64) -> Option<Cow<'_, str>> {
+        text_of(key_in(&self.segments, position)?)
     }
 
     /// The oldest position still kept.
@@ -238,7 +244,7 @@ impl<T, S: BuildHasher> Journal<T, S> {
             } = self;
             let from = *remembered_from;
             index.shrink_to(0, |&low| {
-                hasher.hash_one(key_in(segments, widen(from, low)).unwrap_or(""))
+                hasher.hash_one(key_in(segments, widen(from, low)).unwrap_or_default())
             });
         }
     }
@@ -308,7 +314,7 @@ mod tests {
         assert_eq!(journal.position("pay_b"), Some(1));
         assert_eq!(journal.position("pay_"), None);
         assert_eq!(journal.position("pay_ab"), None);
-        assert_eq!(journal.key(1), Some("pay_b"));
+        assert_eq!(journal.key(1).as_deref(), Some("pay_b"));
         assert_eq!(journal.values().copied().collect::<Vec<_>>(), [1, 2]);
     }
 
@@ -356,7 +362,7 @@ mod tests {
         assert_eq!(journal.position("later"), Some(SEGMENT_LEN as u64 + 10));
         assert_eq!(journal.remembered(), 1);
         assert_eq!(journal.at(0), Some(&0), "answers are kept");
-        assert_eq!(journal.key(5), Some("k5"));
+        assert_eq!(journal.key(5).as_deref(), Some("k5"));
 
         assert_eq!(
             journal.drop_before(hour(1), 100),

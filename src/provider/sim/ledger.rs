@@ -2,6 +2,7 @@
 //! the rules money follows between them (a refund never returns more than a charge took; only
 //! an authorization is captured or canceled).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::cards::{Failure, decide_async, held_unless_captured};
@@ -53,7 +54,7 @@ impl Default for FirstCharge {
 }
 
 /// A charge as the ledger keeps it, in 16 bytes besides its key: its id from its position,
-/// its reference the key's text (or in [`Ledger::unusual`]).
+/// its reference the key (or in [`Ledger::unusual`]).
 pub(super) struct StoredCharge {
     pub(super) amount: i64,
     /// The currency's three bytes (or spaces, when it is in [`Ledger::unusual`]).
@@ -136,13 +137,13 @@ impl Ledger {
         position
     }
 
-    pub(super) fn reference(&self, position: u64) -> &str {
+    pub(super) fn reference(&self, position: u64) -> Cow<'_, str> {
         match self
             .unusual
             .get(&position)
             .and_then(|u| u.reference.as_deref())
         {
-            Some(reference) => reference,
+            Some(reference) => Cow::Borrowed(reference),
             None => self.charges.key(position).unwrap_or_default(),
         }
     }
@@ -218,7 +219,7 @@ impl Ledger {
         if let Some(captured) = amount_captured.filter(|captured| *captured < charge.amount) {
             self.partly_captured.insert(position, captured);
         }
-        let reference = self.reference(position).to_owned();
+        let reference = self.reference(position).into_owned();
         if let Some(charge) = self.charges.at_mut(position) {
             charge.status = status;
         }
@@ -249,7 +250,7 @@ impl Ledger {
             status: c.status,
             amount: c.amount,
             currency: self.currency(position).to_owned(),
-            reference: self.reference(position).to_owned(),
+            reference: self.reference(position).into_owned(),
             failure_code: c.failure.map(|f| f.code().to_owned()),
             failure_message: c.failure.map(|f| f.message().to_owned()),
         })

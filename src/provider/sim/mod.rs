@@ -5,7 +5,7 @@
 //! ```text
 //! Simulator ─── cards       the outcome of each test payment method
 //!   │       ├── ledger      charges, refunds, captures and cancels, over a journal of the
-//!   │       │               first answer to each key (journal)
+//!   │       │               first answer to each key (journal; ids packed: kept_key)
 //!   │       ├── settlements every movement of money, in order (a charge's shows the charge)
 //!   │       └── retention   how long keys and records are kept, let go in old segments
 //!   ├─ InProcessProvider    the service's PaymentProvider in its own process (the default)
@@ -17,6 +17,7 @@ mod cards;
 mod disputes;
 mod in_process;
 mod journal;
+mod kept_key;
 mod ledger;
 mod payouts;
 mod retention;

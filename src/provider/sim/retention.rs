@@ -220,12 +220,13 @@ mod tests {
 
     /// What the simulator holds for an automatic charge that succeeded, as the service
     /// makes them: its record, its key (also its reference), the key's slot in the index and
-    /// its movement in the settlement report, every container counted at its capacity.
-    /// The layout before (a 64-byte journal entry, the key and currency text, a 16-byte
-    /// index slot, a 40-byte movement and its own copy of the reference) measured 242 bytes
-    /// in this test.
+    /// its movement in the settlement report, every container counted at its capacity
+    /// (about 61 bytes: 21 of key, 4 of its end, 16 of record, 12 of movement, 6.5 of
+    /// index; the index alone swings by 5 with how full its table is). The layout before (a
+    /// 64-byte journal entry, the key and currency text, a 16-byte index slot, a 40-byte
+    /// movement and its own copy of the reference) measured 242 bytes in this test.
     #[test]
-    fn a_charge_costs_at_most_80_bytes() {
+    fn a_charge_costs_at_most_70_bytes() {
         let sim = Simulator::new();
         let empty = sim.memory_bytes();
         const CHARGES: usize = 100_000;
@@ -235,7 +236,7 @@ mod tests {
         assert_eq!(sim.settlements.len(), CHARGES);
         let per_charge = (sim.memory_bytes() - empty) as f64 / CHARGES as f64;
         println!("{per_charge:.1} bytes per charge");
-        assert!(per_charge <= 80.0, "{per_charge:.1} bytes per charge");
+        assert!(per_charge <= 70.0, "{per_charge:.1} bytes per charge");
     }
 
     /// A key answers its first answer for the key window, then is new; the first charge is

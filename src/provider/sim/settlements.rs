@@ -37,7 +37,7 @@ struct Own {
 
 /// What a charge's movement shows of the charge, read from the ledger.
 pub struct SharedCharge<'a> {
-    pub reference: &'a str,
+    pub reference: std::borrow::Cow<'a, str>,
     pub amount: i64,
     pub currency: &'a str,
 }
@@ -106,7 +106,7 @@ impl Segment {
             return Some(SettlementMovement {
                 id,
                 kind: kept.kind,
-                reference: charge.reference.to_owned(),
+                reference: charge.reference.into_owned(),
                 amount: charge.amount,
                 currency: charge.currency.to_owned(),
                 created_at,

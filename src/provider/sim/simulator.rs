@@ -167,7 +167,7 @@ impl Simulator {
         {
             self.settlements.record(
                 MovementKind::Capture,
-                ledger.reference(position),
+                &ledger.reference(position),
                 amount,
                 ledger.currency(position),
             );
