@@ -56,7 +56,7 @@ struct Book {
 }
 
 impl Book {
-    /// Lets go of what is older than the windows (retention.rs), at most once a minute: a
+    /// Lets go of what is older than the windows (retention.rs), at most once a second: a
     /// dispute older than [`RECORDS_KEPT`] is unknown (its evidence was due in 7 days).
     fn prune(&mut self, now: Timestamp) {
         if !self.prune.due(now) {

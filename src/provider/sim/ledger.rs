@@ -266,7 +266,7 @@ impl Ledger {
         })
     }
 
-    /// Lets go of what is older than the windows (retention.rs), at most once a minute;
+    /// Lets go of what is older than the windows (retention.rs), at most once a second;
     /// keeps every charge from `keep_from` on (the settlement report still shows it).
     pub(super) fn prune(&mut self, now: Timestamp, keep_from: impl FnOnce() -> u64) {
         if !self.prune.due(now) {

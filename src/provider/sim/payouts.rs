@@ -61,7 +61,7 @@ struct Book {
 }
 
 impl Book {
-    /// Lets go of what is older than the windows (retention.rs), at most once a minute.
+    /// Lets go of what is older than the windows (retention.rs), at most once a second.
     fn prune(&mut self, now: Timestamp) {
         if !self.prune.due(now) {
             return;

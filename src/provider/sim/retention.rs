@@ -46,9 +46,10 @@ pub const SEGMENT_SPAN: TimeDelta = TimeDelta::hours(1);
 /// per entry, small enough that the newest (growing) segment wastes little.
 pub const SEGMENT_LEN: usize = 4096;
 
-/// How often a book looks for segments to let go (on its next write): each look costs a few
-/// comparisons, and letting a segment go costs its entries once.
-pub const PRUNE_EVERY: TimeDelta = TimeDelta::minutes(1);
+/// How often a book looks for segments to let go (on its next call): a look with nothing to
+/// do costs a comparison or two, and letting a segment go costs its entries once; looking
+/// often keeps each look's work (under the book's lock) to about a second's worth of calls.
+pub const PRUNE_EVERY: TimeDelta = TimeDelta::seconds(1);
 
 /// Where the simulator reads the time: the wall clock, or a test's.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;

@@ -64,14 +64,14 @@ impl Simulator {
         self.ledger.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Lets go of what is older than the windows (at most once a minute): the ledger keeps
+    /// Lets go of what is older than the windows (at most once a second): the ledger keeps
     /// every charge a kept movement of the report shows.
     fn prune_ledger(&self, ledger: &mut Ledger, now: Timestamp) {
         ledger.prune(now, || self.settlements.prune(now));
     }
 
     /// Lets go of everything older than the windows now (each book does on its own writes,
-    /// at most once a minute).
+    /// at most once a second).
     pub fn prune(&self) {
         let now = self.now();
         self.prune_ledger(&mut self.ledger(), now);
