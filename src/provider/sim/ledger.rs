@@ -279,10 +279,19 @@ impl Ledger {
         let first = self.charges.drop_before(drop, keep_from());
         self.refunds.drop_before(drop, u64::MAX);
         self.updates.drop_before(drop, u64::MAX);
+        // One by one from the oldest (`split_off` may count the part it keeps).
         for map in [&mut self.refunded, &mut self.partly_captured] {
-            *map = map.split_off(&first);
+            while map.first_key_value().is_some_and(|(at, _)| *at < first) {
+                map.pop_first();
+            }
         }
-        self.unusual = self.unusual.split_off(&first);
+        while self
+            .unusual
+            .first_key_value()
+            .is_some_and(|(at, _)| *at < first)
+        {
+            self.unusual.pop_first();
+        }
     }
 
     /// The bytes it holds (see [`Journal::memory_bytes`]).
