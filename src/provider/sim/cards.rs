@@ -3,12 +3,31 @@
 
 use crate::provider::protocol::ProviderStatus;
 
-/// Why a charge failed: (code, message).
-pub(super) type Failure = &'static (&'static str, &'static str);
-const CARD_DECLINED: Failure = &("card_declined", "Your card was declined.");
-const INSUFFICIENT_FUNDS: Failure = &("insufficient_funds", "Your card has insufficient funds.");
-const INVALID_PAYMENT_METHOD: Failure =
-    &("invalid_payment_method", "The payment method is not valid.");
+/// Why a charge failed, in one byte (the simulator keeps one with every charge it made).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Failure {
+    CardDeclined,
+    InsufficientFunds,
+    InvalidPaymentMethod,
+}
+
+impl Failure {
+    pub(super) fn code(self) -> &'static str {
+        match self {
+            Self::CardDeclined => "card_declined",
+            Self::InsufficientFunds => "insufficient_funds",
+            Self::InvalidPaymentMethod => "invalid_payment_method",
+        }
+    }
+
+    pub(super) fn message(self) -> &'static str {
+        match self {
+            Self::CardDeclined => "Your card was declined.",
+            Self::InsufficientFunds => "Your card has insufficient funds.",
+            Self::InvalidPaymentMethod => "The payment method is not valid.",
+        }
+    }
+}
 
 /// Succeeds, then is disputed once its money is captured (docs/provider.md).
 pub(super) const DISPUTED: &str = "pm_card_dispute";
@@ -19,18 +38,25 @@ pub(super) fn decide(payment_method: &str) -> (ProviderStatus, Option<Failure>) 
         "pm_card_visa" | "pm_card_mastercard" | "pm_card_amex" | DISPUTED => {
             (ProviderStatus::Succeeded, None)
         }
-        "pm_card_declined" => (ProviderStatus::Failed, Some(CARD_DECLINED)),
-        "pm_card_insufficient_funds" => (ProviderStatus::Failed, Some(INSUFFICIENT_FUNDS)),
+        "pm_card_declined" => (ProviderStatus::Failed, Some(Failure::CardDeclined)),
+        "pm_card_insufficient_funds" => (ProviderStatus::Failed, Some(Failure::InsufficientFunds)),
         "pm_card_async" | "pm_card_async_declined" => (ProviderStatus::Pending, None),
-        _ => (ProviderStatus::Failed, Some(INVALID_PAYMENT_METHOD)),
+        _ => (ProviderStatus::Failed, Some(Failure::InvalidPaymentMethod)),
     }
 }
 
 /// How a pending (async) charge completes: `pm_card_async_declined` fails, others succeed.
-pub(super) fn decide_async(payment_method: &str) -> (ProviderStatus, Option<Failure>) {
-    match payment_method {
-        "pm_card_async_declined" => (ProviderStatus::Failed, Some(CARD_DECLINED)),
-        _ => (ProviderStatus::Succeeded, None),
+/// Kept with the charge until then: whether it declines.
+pub(super) fn declines_later(payment_method: &str) -> bool {
+    payment_method == "pm_card_async_declined"
+}
+
+/// The outcome of a pending charge that [`declines_later`] or not.
+pub(super) fn decide_async(declines: bool) -> (ProviderStatus, Option<Failure>) {
+    if declines {
+        (ProviderStatus::Failed, Some(Failure::CardDeclined))
+    } else {
+        (ProviderStatus::Succeeded, None)
     }
 }
 

@@ -3,13 +3,16 @@
 //! contains `winning_evidence` wins, any other loses, and closing accepts the loss. Each
 //! step is answered once per idempotency key; each change is announced by webhook.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::journal::Journal;
+use super::retention::{
+    Clock, HeapBytes, KEY_WINDOW, PruneTimer, RECORDS_KEPT, hash_map_bytes, wall_clock,
+};
 use super::settlements::Settlements;
 use super::webhooks::OutboundEvent;
-use crate::domain::format_timestamp;
+use crate::domain::{Timestamp, format_timestamp};
 use crate::provider::{DisputeState, DisputeStepRequest, MovementKind, ProviderDispute};
 
 /// The text that wins a dispute.
@@ -45,23 +48,101 @@ struct Book {
     steps: Journal<Result<ProviderDispute, String>>,
     /// Every step call, replays included.
     calls: u64,
+    /// The disputes and the awaited authorizations (their charge ids) in the order they
+    /// came, to let go of them once old.
+    opened: VecDeque<(Timestamp, String)>,
+    awaited: VecDeque<(Timestamp, String)>,
+    prune: PruneTimer,
+}
+
+impl Book {
+    /// Lets go of what is older than the windows (retention.rs), at most once a second: a
+    /// dispute older than [`RECORDS_KEPT`] is unknown (its evidence was due in 7 days).
+    fn prune(&mut self, now: Timestamp) {
+        if !self.prune.due(now) {
+            return;
+        }
+        self.steps.forget_keys_before(now - KEY_WINDOW);
+        let cutoff = now - RECORDS_KEPT;
+        self.steps.drop_before(cutoff, u64::MAX);
+        while let Some((_, id)) = self.opened.front().filter(|(at, _)| *at < cutoff) {
+            if let Some(dispute) = self.disputes.remove(id) {
+                self.disputed_charges.remove(&dispute.charge_id);
+            }
+            self.opened.pop_front();
+        }
+        while let Some((_, charge_id)) = self.awaited.front().filter(|(at, _)| *at < cutoff) {
+            self.awaiting_capture.remove(charge_id);
+            self.awaited.pop_front();
+        }
+    }
+}
+
+impl HeapBytes for SimDispute {
+    fn heap_bytes(&self) -> usize {
+        self.id.heap_bytes()
+            + self.charge_id.heap_bytes()
+            + self.reference.heap_bytes()
+            + self.currency.heap_bytes()
+    }
 }
 
 /// The simulated provider's disputes.
-#[derive(Default)]
 pub struct SimDisputes {
     book: Mutex<Book>,
     /// Where the money disputes take and give back is reported.
     report: Arc<Settlements>,
+    clock: Clock,
+}
+
+impl Default for SimDisputes {
+    fn default() -> Self {
+        Self::reporting_to(Arc::default(), wall_clock())
+    }
 }
 
 impl SimDisputes {
-    /// Disputes whose money movements go to `report`.
-    pub fn reporting_to(report: Arc<Settlements>) -> Self {
+    /// Disputes whose money movements go to `report`, at the times `clock` reads.
+    pub fn reporting_to(report: Arc<Settlements>, clock: Clock) -> Self {
         Self {
             book: Mutex::default(),
             report,
+            clock,
         }
+    }
+
+    /// Lets go of what is older than the windows (retention.rs).
+    pub fn prune(&self, now: Timestamp) {
+        self.book().prune(now);
+    }
+
+    /// The bytes its book holds: every container's capacity and the strings in them.
+    pub fn memory_bytes(&self) -> usize {
+        let book = self.book();
+        let strings = |map: &HashMap<String, String>| -> usize {
+            map.iter().map(|(k, v)| k.capacity() + v.capacity()).sum()
+        };
+        let queued = |queue: &VecDeque<(Timestamp, String)>| -> usize {
+            queue.capacity() * size_of::<(Timestamp, String)>()
+                + queue.iter().map(|(_, id)| id.capacity()).sum::<usize>()
+        };
+        hash_map_bytes(&book.disputes)
+            + book
+                .disputes
+                .iter()
+                .map(|(id, d)| id.capacity() + d.heap_bytes())
+                .sum::<usize>()
+            + hash_map_bytes(&book.disputed_charges)
+            + strings(&book.disputed_charges)
+            + hash_map_bytes(&book.awaiting_capture)
+            + book
+                .awaiting_capture
+                .iter()
+                .map(|(id, (r, c))| id.capacity() + r.capacity() + c.capacity())
+                .sum::<usize>()
+            + book.steps.memory_bytes()
+            + queued(&book.opened)
+            + queued(&book.awaited)
     }
 
     fn book(&self) -> MutexGuard<'_, Book> {
@@ -73,10 +154,14 @@ impl SimDisputes {
 
     /// Remembers an authorization of the disputed card, to dispute it once captured.
     pub fn await_capture(&self, charge_id: &str, reference: &str, currency: &str) {
-        self.book().awaiting_capture.insert(
+        let now = (self.clock)();
+        let mut book = self.book();
+        book.prune(now);
+        book.awaiting_capture.insert(
             charge_id.to_owned(),
             (reference.to_owned(), currency.to_owned()),
         );
+        book.awaited.push_back((now, charge_id.to_owned()));
     }
 
     /// The authorization `charge_id` of the disputed card was captured: (reference,
@@ -94,10 +179,12 @@ impl SimDisputes {
         amount: i64,
         currency: &str,
     ) -> Option<OutboundEvent> {
+        let now = (self.clock)();
         let mut book = self.book();
         if book.disputed_charges.contains_key(charge_id) {
             return None;
         }
+        book.prune(now);
         let dispute = SimDispute {
             id: format!("du_{}", uuid::Uuid::new_v4().simple()),
             charge_id: charge_id.to_owned(),
@@ -110,13 +197,14 @@ impl SimDisputes {
         book.disputed_charges
             .insert(charge_id.to_owned(), dispute.id.clone());
         book.disputes.insert(dispute.id.clone(), dispute.clone());
+        book.opened.push_back((now, dispute.id.clone()));
         self.report.record(
             MovementKind::Dispute,
             &dispute.reference,
             dispute.amount,
             &dispute.currency,
         );
-        let due_by = crate::domain::now() + chrono::Duration::days(RESPONSE_WINDOW_DAYS);
+        let due_by = now + chrono::Duration::days(RESPONSE_WINDOW_DAYS);
         super::webhooks::event(
             "charge.dispute.created",
             serde_json::json!({
@@ -139,10 +227,16 @@ impl SimDisputes {
         dispute_id: &str,
         step: &DisputeStepRequest,
     ) -> Result<ProviderDispute, String> {
+        let now = (self.clock)();
         let mut book = self.book();
         book.calls += 1;
-        if let Some(first) = book.steps.position(idempotency_key) {
-            return book.steps.at(first).clone();
+        book.prune(now);
+        if let Some(first) = book
+            .steps
+            .position(idempotency_key)
+            .and_then(|position| book.steps.at(position))
+        {
+            return first.clone();
         }
         let answer = match book.disputes.get_mut(dispute_id) {
             None => Err(format!("no dispute {dispute_id}")),
@@ -174,7 +268,7 @@ impl SimDisputes {
                 })
             }
         };
-        book.steps.record(idempotency_key, answer.clone());
+        book.steps.record(idempotency_key, answer.clone(), now);
         answer
     }
 
@@ -199,7 +293,7 @@ impl SimDisputes {
         )
     }
 
-    /// Every dispute, as it is now.
+    /// Every dispute still kept, as it is now.
     pub fn all(&self) -> Vec<SimDispute> {
         self.book().disputes.values().cloned().collect()
     }

@@ -194,7 +194,7 @@ impl PaymentProvider for InProcessProvider {
         query: &'a SettlementQuery,
     ) -> LocalBoxFuture<'a, Result<SettlementPage, ProviderError>> {
         Box::pin(async move {
-            self.simulator.settlements.page(query).ok_or_else(|| {
+            self.simulator.settlement_page(query).ok_or_else(|| {
                 ProviderError::Refused("`starting_after` is not a movement of this report".into())
             })
         })

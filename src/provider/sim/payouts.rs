@@ -5,8 +5,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::journal::Journal;
+use super::retention::{Clock, KEY_WINDOW, PruneTimer, RECORDS_KEPT, hash_map_bytes, wall_clock};
 use super::settlements::Settlements;
 use super::webhooks::OutboundEvent;
+use crate::domain::Timestamp;
 use crate::provider::{MovementKind, PayoutRequest, PayoutState, ProviderPayout};
 
 /// How the simulator treats a payout, by its destination.
@@ -54,24 +56,61 @@ struct Book {
     /// Every payout call, including those answered from the idempotency record.
     calls: u64,
     /// Pending payouts (by provider id): their position and how they will end.
-    pending: HashMap<String, (usize, SimulatedPayout)>,
+    pending: HashMap<String, (u64, SimulatedPayout)>,
+    prune: PruneTimer,
+}
+
+impl Book {
+    /// Lets go of what is older than the windows (retention.rs), at most once a second.
+    fn prune(&mut self, now: Timestamp) {
+        if !self.prune.due(now) {
+            return;
+        }
+        self.payouts.forget_keys_before(now - KEY_WINDOW);
+        let first = self.payouts.first();
+        if self.payouts.drop_before(now - RECORDS_KEPT, u64::MAX) != first {
+            // Payouts still pending when let go (no webhooks to finish them): a few.
+            let first = self.payouts.first();
+            self.pending.retain(|_, (position, _)| *position >= first);
+        }
+    }
 }
 
 /// The simulated provider's payouts.
-#[derive(Default)]
 pub struct SimPayouts {
     book: Mutex<Book>,
     /// Where paid payouts are reported.
     report: Arc<Settlements>,
+    clock: Clock,
+}
+
+impl Default for SimPayouts {
+    fn default() -> Self {
+        Self::reporting_to(Arc::default(), wall_clock())
+    }
 }
 
 impl SimPayouts {
-    /// Payouts whose money movements go to `report`.
-    pub fn reporting_to(report: Arc<Settlements>) -> Self {
+    /// Payouts whose money movements go to `report`, at the times `clock` reads.
+    pub fn reporting_to(report: Arc<Settlements>, clock: Clock) -> Self {
         Self {
             book: Mutex::default(),
             report,
+            clock,
         }
+    }
+
+    /// Lets go of what is older than the windows (retention.rs).
+    pub fn prune(&self, now: Timestamp) {
+        self.book().prune(now);
+    }
+
+    /// The bytes its book holds (payouts and the pending ones' ids).
+    pub fn memory_bytes(&self) -> usize {
+        let book = self.book();
+        let pending = hash_map_bytes(&book.pending)
+            + book.pending.keys().map(String::capacity).sum::<usize>();
+        book.payouts.memory_bytes() + pending
     }
 
     fn paid(&self, payout: &ProviderPayout) {
@@ -96,10 +135,16 @@ impl SimPayouts {
     /// Pays out once per idempotency key; the same key again returns the answer as it is
     /// now (a pending payout that has been finished answers finished).
     pub fn payout(&self, idempotency_key: &str, request: &PayoutRequest) -> ProviderPayout {
+        let now = (self.clock)();
         let mut book = self.book();
         book.calls += 1;
-        if let Some(position) = book.payouts.position(idempotency_key) {
-            return book.payouts.at(position).clone();
+        book.prune(now);
+        if let Some(first) = book
+            .payouts
+            .position(idempotency_key)
+            .and_then(|position| book.payouts.at(position))
+        {
+            return first.clone();
         }
         let simulated = SimulatedPayout::of(&request.destination);
         let payout = ProviderPayout {
@@ -113,7 +158,7 @@ impl SimPayouts {
                 .flatten()
                 .map(str::to_owned),
         };
-        let position = book.payouts.record(idempotency_key, payout.clone());
+        let position = book.payouts.record(idempotency_key, payout.clone(), now);
         if simulated.delayed {
             book.pending
                 .insert(payout.id.clone(), (position, simulated));
@@ -126,7 +171,7 @@ impl SimPayouts {
     pub fn complete_pending(&self, payout_id: &str) -> Option<ProviderPayout> {
         let mut book = self.book();
         let (position, simulated) = book.pending.remove(payout_id)?;
-        let payout = book.payouts.at_mut(position);
+        let payout = book.payouts.at_mut(position)?;
         payout.status = simulated.outcome;
         payout.failure_code = simulated.failure_code.map(str::to_owned);
         let payout = payout.clone();
@@ -134,7 +179,7 @@ impl SimPayouts {
         Some(payout)
     }
 
-    /// Every payout answered, as it is now (one per idempotency key).
+    /// Every payout answered and still kept, as it is now (one per idempotency key).
     pub fn all(&self) -> Vec<ProviderPayout> {
         self.book().payouts.values().cloned().collect()
     }

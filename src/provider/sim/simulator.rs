@@ -1,19 +1,22 @@
 //! The simulated provider's calls: charges by the test payment methods, captures, cancels
-//! and refunds, each once per idempotency key, and the ledger of the money moved that tests
-//! can read.
+//! and refunds, each once per idempotency key (for the key window, retention.rs), and the
+//! ledger of the money moved that tests can read.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::cards::{decide, decide_async, held_unless_captured};
-use super::ledger::{ChargeMove, Ledger, StoredCharge};
+use super::cards::{decide, declines_later, held_unless_captured};
+use super::ledger::{ChargeMove, Ledger, Pending};
+use super::retention::{Clock, wall_clock};
 use super::settlements::Settlements;
+use crate::domain::Timestamp;
 use crate::provider::protocol::{
     Charge, ChargeRequest, ChargeUpdate, MovementKind, ProviderRefund, ProviderStatus,
-    RefundRequest,
+    RefundRequest, SettlementPage, SettlementQuery,
 };
 
-/// The simulated payment provider: what it answers each call, and everything it did, for
-/// tests to read. Shared by the in-process provider and the `provider-sim` server.
+/// The simulated payment provider: what it answers each call, and what it did (for as long
+/// as it keeps it, retention.rs), for tests to read. Shared by the in-process provider and
+/// the `provider-sim` server.
 pub struct Simulator {
     ledger: Mutex<Ledger>,
     /// Payouts keep a book of their own.
@@ -22,17 +25,12 @@ pub struct Simulator {
     pub disputes: super::disputes::SimDisputes,
     /// Every movement of money, whichever book made it: the settlement report.
     pub settlements: Arc<Settlements>,
+    clock: Clock,
 }
 
 impl Default for Simulator {
     fn default() -> Self {
-        let settlements = Arc::new(Settlements::default());
-        Self {
-            ledger: Mutex::default(),
-            payouts: super::payouts::SimPayouts::reporting_to(settlements.clone()),
-            disputes: super::disputes::SimDisputes::reporting_to(settlements.clone()),
-            settlements,
-        }
+        Self::with_clock(wall_clock())
     }
 }
 
@@ -41,24 +39,61 @@ impl Simulator {
         Self::default()
     }
 
+    /// A simulator that reads the time from `clock` (tests move it to see what is kept).
+    pub fn with_clock(clock: Clock) -> Self {
+        let settlements = Arc::new(Settlements::with_clock(clock.clone()));
+        Self {
+            ledger: Mutex::default(),
+            payouts: super::payouts::SimPayouts::reporting_to(settlements.clone(), clock.clone()),
+            disputes: super::disputes::SimDisputes::reporting_to(
+                settlements.clone(),
+                clock.clone(),
+            ),
+            settlements,
+            clock,
+        }
+    }
+
+    fn now(&self) -> Timestamp {
+        (self.clock)()
+    }
+
     fn ledger(&self) -> MutexGuard<'_, Ledger> {
         // A panic while holding the lock cannot leave the ledger half-written (every
         // mutation is a push or insert), so a poisoned lock is still safe to use.
         self.ledger.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Lets go of what is older than the windows (at most once a second): the ledger keeps
+    /// every charge a kept movement of the report shows.
+    fn prune_ledger(&self, ledger: &mut Ledger, now: Timestamp) {
+        ledger.prune(now, || self.settlements.prune(now));
+    }
+
+    /// Lets go of everything older than the windows now (each book does on its own writes,
+    /// at most once a second).
+    pub fn prune(&self) {
+        let now = self.now();
+        self.prune_ledger(&mut self.ledger(), now);
+        self.payouts.prune(now);
+        self.disputes.prune(now);
+    }
+
+    /// The bytes its books hold: every container's capacity (walks every kept record: for
+    /// tests and diagnostics).
+    pub fn memory_bytes(&self) -> usize {
+        self.ledger().memory_bytes()
+            + self.settlements.memory_bytes()
+            + self.payouts.memory_bytes()
+            + self.disputes.memory_bytes()
+    }
+
     /// Completes a pending charge, once: returns the finished charge to announce by webhook,
     /// or `None` if it is unknown or was completed already.
     pub fn complete_pending(&self, charge_id: &str) -> Option<Charge> {
         let mut ledger = self.ledger();
-        let (method, capture) = ledger.pending_methods.remove(charge_id)?;
-        let (status, failure) = decide_async(&method);
-        let status = held_unless_captured(status, capture);
-        let position = ledger.charge_position(charge_id)?;
-        let charge = ledger.charges.at_mut(position);
-        charge.status = status;
-        charge.failure = failure;
-        let charge = ledger.charge_at(position);
+        let position = ledger.complete_pending(charge_id)?;
+        let charge = ledger.charge_at(position)?;
         if charge.status == ProviderStatus::Succeeded {
             self.settlements.record(
                 MovementKind::Charge,
@@ -70,45 +105,38 @@ impl Simulator {
         Some(charge)
     }
 
-    /// Charges once per idempotency key; the same key again returns the first result.
+    /// Charges once per idempotency key; the same key again (within the key window) returns
+    /// the first result.
     pub fn charge(&self, idempotency_key: &str, request: &ChargeRequest) -> Charge {
+        let now = self.now();
         let mut ledger = self.ledger();
         ledger.charge_calls += 1;
-        if let Some(position) = ledger.charges.position(idempotency_key) {
-            return ledger.charge_at(position);
+        // Before the lookup: a key past the window is new, however long since the last write.
+        self.prune_ledger(&mut ledger, now);
+        if let Some(first) = ledger
+            .charges
+            .position(idempotency_key)
+            .and_then(|position| ledger.charge_at(position))
+        {
+            return first;
         }
         let (status, failure) = decide(&request.payment_method);
-        let key = ledger.charges.keep(idempotency_key);
-        let reference = if request.reference == idempotency_key {
-            key
-        } else {
-            ledger.charges.keep(&request.reference)
-        };
-        let stored = StoredCharge {
-            status: held_unless_captured(status, request.capture),
-            amount: request.amount,
-            currency: ledger.charges.keep(&request.currency),
-            reference,
-            failure,
-        };
-        let position = ledger.charges.record_kept(key, stored);
-        let charge = ledger.charge_at(position);
-        if charge.status == ProviderStatus::Succeeded {
-            self.settlements.record(
-                MovementKind::Charge,
-                &charge.reference,
-                charge.amount,
-                &charge.currency,
-            );
+        let status = held_unless_captured(status, request.capture);
+        let pending = (status == ProviderStatus::Pending).then(|| Pending {
+            declines: declines_later(&request.payment_method),
+            capture: request.capture,
+        });
+        let position =
+            ledger.record_charge(idempotency_key, request, (status, failure), pending, now);
+        if status == ProviderStatus::Succeeded {
+            self.settlements.record_charge(position);
         }
-        if charge.status == ProviderStatus::Pending {
-            ledger.pending_methods.insert(
-                charge.id.clone(),
-                (request.payment_method.clone(), request.capture),
-            );
+        match ledger.charge_at(position) {
+            Some(charge) => charge,
+            None => unreachable!("the charge was just recorded"),
         }
-        charge
     }
+
     /// Captures (part of) or cancels an authorized charge, once per idempotency key: the
     /// same key again returns the first answer, refusal included. Refused (as a provider's
     /// 409) when the charge is unknown, not authorized any more, or asked for more than it
@@ -119,46 +147,56 @@ impl Simulator {
         charge_id: &str,
         change: ChargeMove,
     ) -> Result<ChargeUpdate, String> {
+        let now = self.now();
         let mut ledger = self.ledger();
         match change {
             ChargeMove::Capture(_) => ledger.capture_calls += 1,
             ChargeMove::Cancel => ledger.cancel_calls += 1,
         }
-        if let Some(first) = ledger.updates.position(idempotency_key) {
-            return ledger.updates.at(first).clone();
+        self.prune_ledger(&mut ledger, now);
+        if let Some(first) = ledger
+            .updates
+            .position(idempotency_key)
+            .and_then(|position| ledger.updates.at(position))
+        {
+            return first.clone();
         }
         let answer = ledger.move_charge(charge_id, change);
-        if let Ok(update) = &answer {
-            match change {
-                ChargeMove::Capture(amount) => {
-                    ledger.captures.push(update.clone());
-                    if let Some(charge) = ledger
-                        .charge_position(charge_id)
-                        .map(|p| ledger.charge_at(p))
-                    {
-                        self.settlements.record(
-                            MovementKind::Capture,
-                            &charge.reference,
-                            amount,
-                            &charge.currency,
-                        );
-                    }
-                }
-                ChargeMove::Cancel => ledger.cancels.push(update.clone()),
-            }
+        if let (Ok(_), ChargeMove::Capture(amount)) = (&answer, change)
+            && let Some(position) = ledger.charge_position(charge_id)
+        {
+            self.settlements.record(
+                MovementKind::Capture,
+                &ledger.reference(position),
+                amount,
+                ledger.currency(position),
+            );
         }
-        ledger.updates.record(idempotency_key, answer.clone());
+        ledger.updates.record(idempotency_key, answer.clone(), now);
         answer
+    }
+
+    /// The captures and cancels that moved a charge, in order (one per idempotency key).
+    fn moved(&self, status: ProviderStatus) -> Vec<ChargeUpdate> {
+        let ledger = self.ledger();
+        let moved = ledger
+            .updates
+            .values()
+            .filter_map(|answer| answer.as_ref().ok());
+        moved
+            .filter(|update| update.status == status)
+            .cloned()
+            .collect()
     }
 
     /// Every capture that charged, in order (one per idempotency key).
     pub fn captures(&self) -> Vec<ChargeUpdate> {
-        self.ledger().captures.clone()
+        self.moved(ProviderStatus::Succeeded)
     }
 
     /// Every cancel that released an authorization, in order.
     pub fn cancels(&self) -> Vec<ChargeUpdate> {
-        self.ledger().cancels.clone()
+        self.moved(ProviderStatus::Canceled)
     }
 
     /// How many capture and cancel calls arrived, replays and refusals included.
@@ -170,11 +208,11 @@ impl Simulator {
         self.ledger().cancel_calls
     }
 
-    /// Every charge made, in order (one per idempotency key).
+    /// Every charge made and still kept, in order (one per idempotency key).
     pub fn charges(&self) -> Vec<Charge> {
         let ledger = self.ledger();
-        (0..ledger.charges.len())
-            .map(|at| ledger.charge_at(at))
+        (ledger.charges.first()..ledger.charges.end())
+            .filter_map(|at| ledger.charge_at(at))
             .collect()
     }
 
@@ -186,10 +224,16 @@ impl Simulator {
     /// Refunds once per idempotency key (they always succeed); the same key again returns
     /// the first result.
     pub fn refund(&self, idempotency_key: &str, request: &RefundRequest) -> ProviderRefund {
+        let now = self.now();
         let mut ledger = self.ledger();
         ledger.refund_calls += 1;
-        if let Some(first) = ledger.refunds.position(idempotency_key) {
-            return ledger.refunds.at(first).clone();
+        self.prune_ledger(&mut ledger, now);
+        if let Some(first) = ledger
+            .refunds
+            .position(idempotency_key)
+            .and_then(|position| ledger.refunds.at(position))
+        {
+            return first.clone();
         }
         let failure = ledger.refusal_of(request);
         let refund = ProviderRefund {
@@ -207,20 +251,20 @@ impl Simulator {
         if failure.is_none()
             && let Some(position) = ledger.charge_position(&request.charge)
         {
-            *ledger.refunded.entry(position).or_default() += request.amount;
-            let currency = ledger.charge_at(position).currency;
+            ledger.refund_from(position, request.amount);
             self.settlements.record(
                 MovementKind::Refund,
                 &request.reference,
                 request.amount,
-                &currency,
+                ledger.currency(position),
             );
         }
-        ledger.refunds.record(idempotency_key, refund.clone());
+        ledger.refunds.record(idempotency_key, refund.clone(), now);
         refund
     }
 
-    /// Every refund answered, in order (one per idempotency key; failed ones included).
+    /// Every refund answered and still kept, in order (one per idempotency key; failed
+    /// ones included).
     pub fn refunds(&self) -> Vec<ProviderRefund> {
         self.ledger().refunds.values().cloned().collect()
     }
@@ -228,6 +272,13 @@ impl Simulator {
     /// How many refund calls arrived, replays included.
     pub fn refund_calls(&self) -> u64 {
         self.ledger().refund_calls
+    }
+
+    /// A page of the settlement report (see [`Settlements::page`]); `None`: `starting_after`
+    /// is not an id of this report.
+    pub fn settlement_page(&self, query: &SettlementQuery) -> Option<SettlementPage> {
+        let ledger = self.ledger();
+        self.settlements.page(query, |low| ledger.shared(low))
     }
 }
 
