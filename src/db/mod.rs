@@ -55,7 +55,8 @@ pub fn page<T>(mut rows: Vec<T>, limit: i64) -> (Vec<T>, bool) {
 /// unique `(merchant_id, idempotency_key)` index, and it was chosen — 0.6 s per replay once
 /// the merchant had 190 000 payments. Behind a subquery the value is unknown when planning,
 /// so the estimate is an average merchant's and the unique index wins whatever the
-/// statistics say; the index is still used with the value (docs/benchmark-history.md, sixth sitting).
+/// statistics say; the index is still used with the value (docs/benchmark-history.md,
+/// sixth sitting).
 pub(crate) fn unplanned(
     value: &str,
 ) -> diesel::expression::SqlLiteral<
