@@ -90,7 +90,7 @@ mod tests {
     use diesel::prelude::*;
     use diesel::sql_types::BigInt;
 
-    use super::{analyze_stale, autovacuum_off, stale_tables};
+    use super::{analyze_stale, stale_tables};
     use crate::db::DbConnection;
     use crate::db::migrate::tests::Schema;
 
@@ -139,12 +139,11 @@ mod tests {
              SELECT 'mer_' || n, 'm' || n, now() FROM generate_series(1, 20000) n",
         )
         .unwrap();
-        if autovacuum_off(&mut conn).unwrap() {
-            assert!(
-                kept_plan_scans(&mut conn),
-                "20 000 rows later the kept plan still scans them all"
-            );
-        }
+        // Here, where autovacuum is off, the kept plan still scans all 20 000 rows. Not asserted:
+        // when many sessions change the catalog at once (the suite migrating its schemas in
+        // parallel), PostgreSQL may reset every backend's caches, and with them this plan.
+        // What is asserted is the cure: the table is found stale, analyzed, and then the plan
+        // reads the index.
         // The server's statistics arrive a moment after the commit that made the changes.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while !stale_tables(&mut conn)
