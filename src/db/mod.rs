@@ -128,10 +128,10 @@ impl Db {
         let pool = self.pool.clone();
         let permits = self.permits.clone();
         let task = async move {
-            let permit = permits
-                .acquire_owned()
-                .await
-                .map_err(|e| DbError::Unavailable(e.to_string()))?;
+            // The semaphore is never closed; were it, the database would be unavailable.
+            let Ok(permit) = permits.acquire_owned().await else {
+                return Ok(Err(DbError::Unavailable("no database permits".to_owned())));
+            };
             actix_web::rt::task::spawn_blocking(move || {
                 // Held until the work is done, even by a caller that gave up.
                 let _permit = permit;
@@ -147,7 +147,6 @@ impl Db {
                 result.map_err(DbError::from)
             })
             .await
-            .map_err(|_| DbError::TaskFailed)
         };
         // Given up, the task runs on on its thread, with its connection.
         self.within_deadline(task).await
