@@ -24,6 +24,18 @@ pub(super) async fn refused_on_endpoint(
     .await
 }
 
+/// The API's update of endpoint `id` with `body`, as `PATCH` would send it.
+async fn save_update(
+    state: &AppState,
+    session: &Session,
+    id: String,
+    key: crate::domain::IdempotencyKey,
+    body: &serde_json::Value,
+) -> Result<Answer, ApiError> {
+    let update = EndpointUpdate::parse(body.to_string().as_bytes())?;
+    endpoints::update(state, &session.merchant, id, Some(key), update).await
+}
+
 /// `POST /dashboard/webhooks/{id}`: saves the edit form (URL, description, events).
 pub async fn update(
     state: web::Data<AppState>,
@@ -37,8 +49,7 @@ pub async fn update(
         async move {
             let body = json!({"url": form.url.trim(), "enabled_events": form.enabled_events(),
                 "description": form.description.trim()});
-            let update = EndpointUpdate::parse(body.to_string().as_bytes())?;
-            endpoints::update(state, &session.merchant, id, Some(key), update).await
+            save_update(state, &session, id, key, &body).await
         }
     })
     .await;
@@ -67,8 +78,7 @@ pub async fn set_status(
         let (state, form, id) = (&state, &form, path.as_str().to_owned());
         async move {
             let body = json!({"status": form.status.trim()});
-            let update = EndpointUpdate::parse(body.to_string().as_bytes())?;
-            endpoints::update(state, &session.merchant, id, Some(key), update).await
+            save_update(state, &session, id, key, &body).await
         }
     })
     .await;
