@@ -2,7 +2,7 @@
 //! was drawn with and the session's CSRF token. A refusal shows the problem's `detail` on the
 //! payment page; success goes back to it (303, so a reload does not post again).
 
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpResponse, web};
 use serde::Deserialize;
 
 use super::format::parse_major;
@@ -59,22 +59,14 @@ impl Guarded for ActionForm {
     }
 }
 
-/// Runs one action of a signed-in session: the CSRF token checked, the form's key parsed,
+/// Runs one action of a signed-in session (the handler's [`Session`] argument): the CSRF
+/// token checked, the form's key parsed,
 /// then `perform` (the API's operation with that key).
-pub(super) async fn run_action<F, Fut>(
-    state: &AppState,
-    req: &HttpRequest,
-    form: &impl Guarded,
-    perform: F,
-) -> Acted
+pub(super) async fn run_action<F, Fut>(session: Session, form: &impl Guarded, perform: F) -> Acted
 where
     F: FnOnce(Session, IdempotencyKey) -> Fut,
     Fut: std::future::Future<Output = Result<Answer, ApiError>>,
 {
-    let session = match session::require(req, state).await {
-        Ok(session) => session,
-        Err(response) => return Acted::Answered(response),
-    };
     if !session::csrf_ok(&session, form.csrf_token()) {
         return Acted::Answered(layout::csrf_failed());
     }
@@ -106,40 +98,40 @@ fn refused(session: Session, e: &ApiError) -> Acted {
 
 pub async fn refund(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     path: web::Path<String>,
     form: web::Form<ActionForm>,
 ) -> HttpResponse {
-    on_payment(&state, &req, &path, form.into_inner(), "refund").await
+    on_payment(&state, session, &path, form.into_inner(), "refund").await
 }
 
 pub async fn capture(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     path: web::Path<String>,
     form: web::Form<ActionForm>,
 ) -> HttpResponse {
-    on_payment(&state, &req, &path, form.into_inner(), "capture").await
+    on_payment(&state, session, &path, form.into_inner(), "capture").await
 }
 
 pub async fn cancel(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     path: web::Path<String>,
     form: web::Form<ActionForm>,
 ) -> HttpResponse {
-    on_payment(&state, &req, &path, form.into_inner(), "cancel").await
+    on_payment(&state, session, &path, form.into_inner(), "cancel").await
 }
 
 async fn on_payment(
     state: &AppState,
-    req: &HttpRequest,
+    session: Session,
     id: &str,
     form: ActionForm,
     what: &'static str,
 ) -> HttpResponse {
     let form = &form;
-    let acted = run_action(state, req, form, |session, key| async move {
+    let acted = run_action(session, form, |session, key| async move {
         perform(state, &session, id, form, key, what).await
     })
     .await;
@@ -203,12 +195,12 @@ fn amount_body(amount: &str, currency: &str) -> Result<String, ApiError> {
 /// `POST /dashboard/disputes/{id}/evidence`: saves and submits the evidence.
 pub async fn submit_evidence(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     path: web::Path<String>,
     form: web::Form<ActionForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let acted = run_action(&state, &req, &form, |session, key| {
+    let acted = run_action(session, &form, |session, key| {
         let state = &state;
         let body = serde_json::json!({"evidence": {"text": form.text}, "submit": true}).to_string();
         async move {
@@ -225,12 +217,12 @@ pub async fn submit_evidence(
 /// `POST /dashboard/disputes/{id}/accept`: accepts the loss.
 pub async fn accept_dispute(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     path: web::Path<String>,
     form: web::Form<ActionForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let acted = run_action(&state, &req, &form, |session, key| {
+    let acted = run_action(session, &form, |session, key| {
         let state = &state;
         async move {
             let id = DisputeId::parse(&path)
@@ -255,11 +247,11 @@ async fn after_dispute(state: &AppState, acted: Acted, what: &str) -> HttpRespon
 /// `POST /dashboard/balance/payout`: a payout from the available balance.
 pub async fn pay_out(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     form: web::Form<ActionForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let acted = run_action(&state, &req, &form, |session, key| {
+    let acted = run_action(session, &form, |session, key| {
         let state = &state;
         let form = &form;
         async move {

@@ -1,12 +1,12 @@
 //! The events page: the feed, newest first, by type, each event's JSON shown as text.
 
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpResponse, web};
 use maud::html;
 use serde::Deserialize;
 
 use super::layout::{self, page};
 use super::pages::PAGE_SIZE;
-use super::session;
+use super::session::Session;
 use crate::db;
 use crate::domain::format_timestamp;
 use crate::state::AppState;
@@ -21,14 +21,10 @@ pub struct EventsQuery {
 /// `GET /dashboard/events`: the feed, newest first, by type; each event's JSON.
 pub async fn events(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     query: web::Query<EventsQuery>,
 ) -> HttpResponse {
     use crate::events::EventType;
-    let session = match session::require(&req, &state).await {
-        Ok(session) => session,
-        Err(response) => return response,
-    };
     let query = query.into_inner();
     let kind = query.event_type.filter(|t| EventType::parse(t).is_some());
     let after = query.starting_after.filter(|a| !a.is_empty());

@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use super::actions::{Acted, Guarded, run_action};
 use super::layout::{self, done, guard, page};
-use super::session::{self, Session};
+use super::session::Session;
 use crate::api_keys::{self, NewKey};
 use crate::db::merchants::{self as key_rows, ApiKey};
 use crate::domain::format_timestamp;
@@ -50,11 +50,7 @@ enum Shown<'a> {
 }
 
 /// `GET /dashboard/api-keys`.
-pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    let session = match session::require(&req, &state).await {
-        Ok(session) => session,
-        Err(response) => return response,
-    };
+pub async fn list(state: web::Data<AppState>, req: HttpRequest, session: Session) -> HttpResponse {
     let shown = match done(&req).as_deref() {
         Some("revoked") => Shown::Notice("API key revoked."),
         Some("already-revoked") => {
@@ -68,7 +64,7 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse 
 /// `POST /dashboard/api-keys`: a new key, shown on the answer page, once.
 pub async fn create(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     form: web::Form<KeyForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
@@ -76,7 +72,7 @@ pub async fn create(
     // its id, so the key can be shown by this request alone, if it is the one that
     // created it.
     let new_key = NewKey::generate();
-    let ran = run_action(&state, &req, &form, |session, key| {
+    let ran = run_action(session, &form, |session, key| {
         let (state, label, new_key) = (&state, &form.label, &new_key);
         async move { api_keys::create_once(state, &session.merchant, key, label, new_key).await }
     })
@@ -101,12 +97,12 @@ pub async fn create(
 /// `POST /dashboard/api-keys/{id}/revoke`.
 pub async fn revoke(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     path: web::Path<String>,
     form: web::Form<KeyForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = run_action(&state, &req, &form, |session, key| {
+    let ran = run_action(session, &form, |session, key| {
         let (state, key_id) = (&state, path.as_str());
         async move { api_keys::revoke_once(state, &session.merchant, key, key_id).await }
     })

@@ -7,7 +7,7 @@ use maud::html;
 
 use super::format::money;
 use super::layout::{self, done, guard, page};
-use super::session::{self, Session};
+use super::session::Session;
 use crate::db::disputes::{self as dispute_rows, DisputeRow};
 use crate::db::ledger::{self as ledger_rows, ListFilter};
 use crate::db::payouts as payout_rows;
@@ -15,11 +15,11 @@ use crate::domain::{format_timestamp, now};
 use crate::state::AppState;
 
 /// `GET /dashboard/disputes`.
-pub async fn disputes(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    let session = match session::require(&req, &state).await {
-        Ok(session) => session,
-        Err(response) => return response,
-    };
+pub async fn disputes(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    session: Session,
+) -> HttpResponse {
     let notice = match done(&req).as_deref() {
         Some("evidence") => Some("Evidence submitted."),
         Some("accept") => Some("Dispute accepted."),
@@ -93,11 +93,11 @@ pub async fn render_disputes(
 }
 
 /// `GET /dashboard/balance`.
-pub async fn balance(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    let session = match session::require(&req, &state).await {
-        Ok(session) => session,
-        Err(response) => return response,
-    };
+pub async fn balance(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    session: Session,
+) -> HttpResponse {
     let notice = (done(&req).as_deref() == Some("payout")).then_some("Payout requested.");
     render_balance(&state, &session, 200, notice, None).await
 }

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::format::money;
 use super::layout::{self, done, guard, page};
-use super::session::{self, Session};
+use super::session::Session;
 use crate::db::payments::{self as payment_rows, ListFilter, PaymentRow};
 use crate::db::{self, DbConnection};
 use crate::domain::{PaymentStatus, Timestamp, format_timestamp};
@@ -33,13 +33,9 @@ pub(super) const PAGE_SIZE: i64 = 25;
 /// or idempotency key goes straight to the payment.
 pub async fn payments(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     query: web::Query<PaymentsQuery>,
 ) -> HttpResponse {
-    let session = match session::require(&req, &state).await {
-        Ok(session) => session,
-        Err(response) => return response,
-    };
     let query = query.into_inner();
     let non_empty = |v: &Option<String>| {
         v.as_deref()
@@ -211,12 +207,9 @@ struct Entry {
 pub async fn payment(
     state: web::Data<AppState>,
     req: HttpRequest,
+    session: Session,
     path: web::Path<String>,
 ) -> HttpResponse {
-    let session = match session::require(&req, &state).await {
-        Ok(session) => session,
-        Err(response) => return response,
-    };
     let notice = done(&req);
     render_payment(&state, &session, &path, 200, notice.as_deref(), None).await
 }

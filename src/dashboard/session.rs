@@ -4,8 +4,11 @@
 //! key's revocation, or `DASHBOARD_SESSION_TTL_MS` without a request.
 
 use actix_web::cookie::{Cookie, SameSite};
+use actix_web::dev::Payload;
+use actix_web::error::InternalError;
 use actix_web::http::header;
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{FromRequest, HttpRequest, HttpResponse, web};
+use futures_util::future::LocalBoxFuture;
 use serde::Deserialize;
 
 use super::layout;
@@ -69,11 +72,29 @@ pub async fn current(req: &HttpRequest, state: &AppState) -> Result<Option<Sessi
     }))
 }
 
-/// The session, or the way to the sign-in page.
-pub async fn require(req: &HttpRequest, state: &AppState) -> Result<Session, HttpResponse> {
-    current(req, state)
-        .await?
-        .ok_or_else(|| layout::see_other("/dashboard"))
+/// A page or action that needs a signed-in browser takes a `Session` argument: without a
+/// live session the request is answered with the way to the sign-in page (or 503 when the
+/// database cannot say), and the handler does not run.
+impl FromRequest for Session {
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            let answered = |response: HttpResponse| {
+                actix_web::Error::from(InternalError::from_response("dashboard session", response))
+            };
+            let state = req
+                .app_data::<web::Data<AppState>>()
+                .ok_or_else(layout::unavailable)
+                .map_err(answered)?;
+            current(&req, state)
+                .await
+                .map_err(answered)?
+                .ok_or_else(|| answered(layout::see_other("/dashboard")))
+        })
+    }
 }
 
 /// Whether a form's `csrf_token` is the session's (else the caller answers
@@ -167,13 +188,9 @@ pub struct CsrfOnly {
 /// `POST /dashboard/sign-out`: the session ends on every instance at once.
 pub async fn sign_out(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     form: web::Form<CsrfOnly>,
 ) -> HttpResponse {
-    let session = match require(&req, &state).await {
-        Ok(session) => session,
-        Err(response) => return response,
-    };
     if !csrf_ok(&session, form.csrf_token.as_deref()) {
         return layout::csrf_failed();
     }

@@ -39,12 +39,12 @@ async fn save_update(
 /// `POST /dashboard/webhooks/{id}`: saves the edit form (URL, description, events).
 pub async fn update(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     path: web::Path<String>,
     form: web::Form<WebhookForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = run_action(&state, &req, &form, |session, key| {
+    let ran = run_action(session, &form, |session, key| {
         let (state, form, id) = (&state, &form, path.as_str().to_owned());
         async move {
             let body = json!({"url": form.url.trim(), "enabled_events": form.enabled_events(),
@@ -69,12 +69,12 @@ pub async fn update(
 /// `POST /dashboard/webhooks/{id}/status`: `Disable` or `Enable`.
 pub async fn set_status(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     path: web::Path<String>,
     form: web::Form<WebhookForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = run_action(&state, &req, &form, |session, key| {
+    let ran = run_action(session, &form, |session, key| {
         let (state, form, id) = (&state, &form, path.as_str().to_owned());
         async move {
             let body = json!({"status": form.status.trim()});
@@ -103,12 +103,12 @@ pub async fn set_status(
 /// `POST /dashboard/webhooks/{id}/rotate`: a new secret, shown on the page this answers.
 pub async fn rotate(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     path: web::Path<String>,
     form: web::Form<WebhookForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = run_action(&state, &req, &form, |session, key| {
+    let ran = run_action(session, &form, |session, key| {
         let (state, form, id) = (&state, &form, path.as_str().to_owned());
         async move {
             let seconds = form.expire_current_in_s.trim();
@@ -143,11 +143,12 @@ pub async fn rotate(
 pub async fn test(
     state: web::Data<AppState>,
     req: HttpRequest,
+    session: Session,
     path: web::Path<String>,
     form: web::Form<WebhookForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = run_action(&state, &req, &form, |session, key| {
+    let ran = run_action(session, &form, |session, key| {
         let (state, req, id) = (&state, &req, path.as_str().to_owned());
         async move {
             let made_by = crate::routes::events::request_ref(req, Some(&key));
@@ -197,12 +198,12 @@ pub(super) fn since_rfc3339(text: &str) -> String {
 /// to this endpoint failed are queued again; how many.
 pub async fn replay(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     path: web::Path<String>,
     form: web::Form<WebhookForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = run_action(&state, &req, &form, |session, key| {
+    let ran = run_action(session, &form, |session, key| {
         let (state, form, id) = (&state, &form, path.as_str().to_owned());
         async move {
             let body = json!({"since": since_rfc3339(&form.since), "status": "failed"});
@@ -230,12 +231,12 @@ pub async fn replay(
 /// confirmation box is ticked.
 pub async fn delete(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     path: web::Path<String>,
     form: web::Form<WebhookForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = run_action(&state, &req, &form, |session, _key| {
+    let ran = run_action(session, &form, |session, _key| {
         let (state, form, id) = (&state, &form, path.as_str().to_owned());
         async move {
             if form.confirm != "yes" {

@@ -33,12 +33,9 @@ impl Deliveries {
 pub async fn endpoint(
     state: web::Data<AppState>,
     req: HttpRequest,
+    session: Session,
     path: web::Path<String>,
 ) -> HttpResponse {
-    let session = match session::require(&req, &state).await {
-        Ok(session) => session,
-        Err(response) => return response,
-    };
     let top = match done(&req).as_deref() {
         Some("updated") => notice("Endpoint saved."),
         Some("enabled") => notice("Endpoint enabled: what is pending is delivered again."),

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use super::actions::{Acted, Guarded, run_action};
 use super::layout::{self, done, guard, page};
-use super::session::{self, Session};
+use super::session::Session;
 use crate::db::deliveries::{self as delivery_rows, DeliveryRow};
 use crate::db::webhook_endpoints::{self as endpoint_rows, EndpointRow};
 use crate::domain::{
@@ -177,11 +177,7 @@ fn secret_shown(secret: &str, answer: &Answer) -> Markup {
 // The list.
 
 /// `GET /dashboard/webhooks`.
-pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> HttpResponse {
-    let session = match session::require(&req, &state).await {
-        Ok(session) => session,
-        Err(response) => return response,
-    };
+pub async fn list(state: web::Data<AppState>, req: HttpRequest, session: Session) -> HttpResponse {
     let top = match done(&req).as_deref() {
         Some("deleted") => notice("Endpoint deleted."),
         _ => html! {},
@@ -278,11 +274,11 @@ fn endpoint_fields(form: &str, draft: &Draft) -> Markup {
 /// answer only).
 pub async fn create(
     state: web::Data<AppState>,
-    req: HttpRequest,
+    session: Session,
     form: web::Form<WebhookForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = run_action(&state, &req, &form, |session, key| {
+    let ran = run_action(session, &form, |session, key| {
         let (state, form) = (&state, &form);
         async move {
             let mut body = json!({"url": form.url.trim(), "enabled_events": form.enabled_events()});
