@@ -2,10 +2,14 @@ use sha2::{Digest, Sha256};
 
 /// SHA-256 as lower-case hex: request fingerprints, API-key hashes, webhook body hashes.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha256::digest(bytes);
+    let mut hex = String::with_capacity(2 * digest.len());
+    for b in digest {
+        hex.push(char::from(HEX[usize::from(b >> 4)]));
+        hex.push(char::from(HEX[usize::from(b & 0x0f)]));
+    }
+    hex
 }
 
 #[cfg(test)]
