@@ -14,7 +14,7 @@ mod time;
 pub use amount::Amount;
 pub use currency::Currency;
 pub use destination::{DestinationError, EndpointUrl};
-pub use digest::sha256_hex;
+pub use digest::{push_hex, sha256_hex};
 pub use fees::LedgerPolicy;
 pub use idempotency_key::IdempotencyKey;
 pub use ids::{

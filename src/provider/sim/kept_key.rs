@@ -70,13 +70,9 @@ fn nibble(digit: u8) -> Option<u8> {
 pub fn text_of(kept: &[u8]) -> Option<Cow<'_, str>> {
     match kept.len().checked_sub(PACKED_TAIL) {
         Some(head_len) if kept[head_len] == MARK => {
-            const HEX: &[u8; 16] = b"0123456789abcdef";
             let mut text = String::with_capacity(head_len + DIGITS);
             text.push_str(std::str::from_utf8(&kept[..head_len]).ok()?);
-            for byte in &kept[head_len + 1..] {
-                text.push(char::from(HEX[usize::from(byte >> 4)]));
-                text.push(char::from(HEX[usize::from(byte & 0xF)]));
-            }
+            crate::domain::push_hex(&mut text, &kept[head_len + 1..]);
             Some(Cow::Owned(text))
         }
         _ => std::str::from_utf8(kept).ok().map(Cow::Borrowed),
