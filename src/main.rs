@@ -325,12 +325,15 @@ fn revoke_key(conn: &mut DbConnection, key_id: &str) -> Result<(), String> {
 /// arena, up to eight per core; the service's threads (the HTTP workers, the blocking
 /// threads of database calls, the workers) spread their allocations over a dozen, and
 /// memory freed in one is not reused by the others. One arena per core keeps the same
-/// throughput and ~4 MiB less peak RSS at 1 000 connections (docs/benchmark.md, "Memory per
-/// connection"). `MALLOC_ARENA_MAX`, if set, decides instead. Called first in `main`, before
-/// any thread exists.
+/// throughput and about 3 MiB less peak RSS at 1 000 connections (docs/benchmark.md, "Memory
+/// per connection"). Where the environment sets the limit (`MALLOC_ARENA_MAX`, or
+/// `glibc.malloc.arena_max` in `GLIBC_TUNABLES`), it decides instead. Called first in `main`,
+/// before any thread exists.
 fn one_malloc_arena_per_core() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none()
+        && !std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc.arena_max"))
+    {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let arenas = libc::c_int::try_from(cores).unwrap_or(libc::c_int::MAX);
         // SAFETY: mallopt only sets a limit glibc's allocator reads when it makes an arena;

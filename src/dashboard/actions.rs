@@ -60,8 +60,7 @@ impl Guarded for ActionForm {
 }
 
 /// Runs one action of a signed-in session (the handler's [`Session`] argument): the CSRF
-/// token checked, the form's key parsed,
-/// then `perform` (the API's operation with that key).
+/// token checked, the form's key parsed, then `perform` (the API's operation with that key).
 pub(super) async fn run_action<F, Fut>(session: Session, form: &impl Guarded, perform: F) -> Acted
 where
     F: FnOnce(Session, IdempotencyKey) -> Fut,

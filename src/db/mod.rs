@@ -148,7 +148,7 @@ impl Db {
             })
             .await
         };
-        // Given up, the task runs on on its thread, with its connection.
+        // Given up, the task runs on, on its thread, with its connection.
         self.within_deadline(task).await
     }
 
