@@ -11,7 +11,7 @@
 //!
 //! A lane waits for nothing but the queue: at low load every item goes alone, as it would
 //! without batching; under load the items that arrive while a batch is in flight form the
-//! next one. `LANES` batches can be in flight at once.
+//! next one. As many batches can be in flight at once as the write path has lanes.
 //!
 //! Failure keeps every promise of a single write:
 //! - the statement fails (a constraint, a serialization failure): the transaction rolled
