@@ -58,10 +58,7 @@ pub async fn current(req: &HttpRequest, state: &AppState) -> Result<Option<Sessi
     let lookup = token_hash.clone();
     let found = state
         .db
-        .run(move |conn| {
-            let at = now();
-            rows::touch(conn, &lookup, at, at + ttl)
-        })
+        .run(move |conn| rows::touch(conn, &lookup, now(), ttl))
         .await
         .map_err(|_| layout::unavailable())?;
     Ok(found.map(|(row, merchant)| Session {

@@ -28,12 +28,14 @@ pub fn insert(conn: &mut DbConnection, row: &SessionRow) -> QueryResult<()> {
 }
 
 /// The live session of this token hash at `now`, with its merchant; its expiry slides to
-/// `expires_at`. `None`: no such session, it expired, or its key was revoked.
+/// `now + ttl`, written only once a tenth of the TTL (at most a minute) has passed since it
+/// last slid, so reading pages is not a write per page. `None`: no such session, it
+/// expired, or its key was revoked.
 pub fn touch(
     conn: &mut DbConnection,
     token_hash: &str,
     now: Timestamp,
-    expires_at: Timestamp,
+    ttl: chrono::Duration,
 ) -> QueryResult<Option<(SessionRow, Merchant)>> {
     let found: Option<(SessionRow, Merchant)> = dashboard_sessions::table
         .inner_join(api_keys::table.on(api_keys::key_hash.eq(dashboard_sessions::api_key_hash)))
@@ -44,7 +46,11 @@ pub fn touch(
         .select((SessionRow::as_select(), Merchant::as_select()))
         .first(conn)
         .optional()?;
-    if found.is_some() {
+    let step = (ttl / 10).min(chrono::Duration::minutes(1));
+    let expires_at = now + ttl;
+    if let Some((row, _)) = &found
+        && row.expires_at + step <= expires_at
+    {
         diesel::update(
             dashboard_sessions::table.filter(dashboard_sessions::token_hash.eq(token_hash)),
         )

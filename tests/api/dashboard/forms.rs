@@ -4,7 +4,7 @@ use futures_util::future::join_all;
 use serde_json::json;
 
 use super::{Visitor, input_value, manual};
-use crate::support::{spawn_app, visa};
+use crate::support::{spawn_app, spawn_app_with, visa};
 
 #[actix_web::test]
 async fn a_key_signs_in_a_server_side_session_that_sign_out_ends() {
@@ -65,6 +65,58 @@ async fn a_key_signs_in_a_server_side_session_that_sign_out_ends() {
     assert_eq!(out.status, 303);
     let after = visitor.get("/dashboard/payments").await;
     assert_eq!(after.status, 303, "signed out: back to the sign-in form");
+    assert_eq!(after.header("location"), Some("/dashboard"));
+}
+
+/// The expiry of the one dashboard session of `app`.
+async fn session_expiry(app: &crate::support::TestApp) -> payments_api::domain::Timestamp {
+    use diesel::prelude::*;
+    use payments_api::db::schema::dashboard_sessions;
+    app.state
+        .db
+        .run(|conn| {
+            dashboard_sessions::table
+                .select(dashboard_sessions::expires_at)
+                .first(conn)
+        })
+        .await
+        .expect("one session")
+}
+
+#[actix_web::test]
+async fn reading_pages_does_not_write_the_session_each_time() {
+    // The default TTL (12 h) slides at most once a minute.
+    let app = spawn_app().await;
+    let mut visitor = Visitor::new(&app);
+    assert_eq!(visitor.sign_in(&app.api_key).await.status, 303);
+    let signed_in = session_expiry(&app).await;
+    for page in ["/dashboard", "/dashboard/payments", "/dashboard/events"] {
+        assert_eq!(visitor.get(page).await.status, 200, "{page}");
+    }
+    assert_eq!(
+        session_expiry(&app).await,
+        signed_in,
+        "pages read within a minute of signing in leave the session's row as it was"
+    );
+}
+
+#[actix_web::test]
+async fn a_session_in_use_outlives_its_ttl_and_an_idle_one_ends() {
+    use std::time::Duration;
+    let app = spawn_app_with(|s| s.dashboard_session_ttl = Duration::from_secs(3)).await;
+    let mut visitor = Visitor::new(&app);
+    assert_eq!(visitor.sign_in(&app.api_key).await.status, 303);
+    let signed_in = session_expiry(&app).await;
+    // Used every half second for longer than its TTL: still signed in, its expiry moved on.
+    for _ in 0..9 {
+        actix_web::rt::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(visitor.get("/dashboard/payments").await.status, 200);
+    }
+    assert!(session_expiry(&app).await >= signed_in + chrono::Duration::seconds(4));
+    // Left alone for longer than its TTL: signed out.
+    actix_web::rt::time::sleep(Duration::from_millis(3500)).await;
+    let after = visitor.get("/dashboard/payments").await;
+    assert_eq!(after.status, 303, "an idle session ends");
     assert_eq!(after.header("location"), Some("/dashboard"));
 }
 
