@@ -39,6 +39,7 @@ struct Metrics {
     rate_limited: IntCounter,
     idempotency_polls: IntCounter,
     group_commit_batch: HistogramVec,
+    group_commit_duration: HistogramVec,
     reconciliation_discrepancies: IntGaugeVec,
 }
 
@@ -192,6 +193,13 @@ impl Metrics {
                     .expect("unique metric name");
                 metric
             },
+            group_commit_duration: histogram(
+                &r,
+                "db_group_commit_duration_seconds",
+                "Time one group-commit batch took on its connection (PostgreSQL), by statement: \
+             with one lane per statement, a batch forms while the one before it runs.",
+                &["statement"],
+            ),
             registry: r,
         };
         // Known series start at 0, so they are on the page (and `rate()` works) before the
@@ -441,6 +449,14 @@ pub fn group_commit_batch(statement: &'static str, size: usize) {
         .group_commit_batch
         .with_label_values(&[statement])
         .observe(size as f64);
+}
+
+/// How long one group-commit batch of `statement` took, from its start to its outcome.
+pub fn group_commit_duration(statement: &'static str, elapsed: Duration) {
+    METRICS
+        .group_commit_duration
+        .with_label_values(&[statement])
+        .observe(elapsed.as_secs_f64());
 }
 
 /// The pool as it is at scrape time.

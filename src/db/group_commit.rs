@@ -175,7 +175,9 @@ where
                         continue;
                     }
                     stats.record(name, batch.len());
+                    let started = std::time::Instant::now();
                     run_batch(&db, &stats, execute, batch).await;
+                    crate::metrics::group_commit_duration(name, started.elapsed());
                 }
             });
         }
