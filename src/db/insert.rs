@@ -76,12 +76,13 @@ macro_rules! unnest_insert {
 }
 
 /// Inserts the slice `$rows` into `$table`: one statement on PostgreSQL however many rows
-/// (`$unnest`, made by [`unnest_insert`]), one statement per row on SQLite. Evaluates to
-/// `QueryResult<()>`.
+/// (`$unnest`, made by [`unnest_insert`]), one statement per row on SQLite, none when there
+/// are no rows. Evaluates to `QueryResult<()>`.
 macro_rules! insert_rows {
     ($conn:expr, $table:path, $rows:expr, $unnest:ident) => {{
         let rows = $rows;
         match $conn {
+            _ if rows.is_empty() => Ok(()),
             $crate::db::pool::DbConnection::Postgres(pg) => {
                 diesel::RunQueryDsl::execute($unnest::new(rows), pg).map(|_| ())
             }
@@ -97,3 +98,41 @@ macro_rules! insert_rows {
 
 pub(crate) use insert_rows;
 pub(crate) use unnest_insert;
+
+/// `WITH written AS (<first>) <then>`: an insert and the statement after it in one round trip
+/// (PostgreSQL). Both run on one snapshot: `then` does not see the rows `first` writes, and
+/// the constraints of both (foreign keys included) are checked when the statement ends, so
+/// rows that reference the inserted ones may be inserted by `then`.
+pub struct AndThen<F, T> {
+    pub first: F,
+    pub then: T,
+}
+
+impl<F: diesel::query_builder::QueryId, T: diesel::query_builder::QueryId>
+    diesel::query_builder::QueryId for AndThen<F, T>
+{
+    type QueryId = AndThen<F::QueryId, T::QueryId>;
+    const HAS_STATIC_QUERY_ID: bool = F::HAS_STATIC_QUERY_ID && T::HAS_STATIC_QUERY_ID;
+}
+
+impl<F, T> diesel::query_builder::QueryFragment<diesel::pg::Pg> for AndThen<F, T>
+where
+    F: diesel::query_builder::QueryFragment<diesel::pg::Pg>,
+    T: diesel::query_builder::QueryFragment<diesel::pg::Pg>,
+{
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
+    ) -> diesel::QueryResult<()> {
+        out.push_sql("WITH written AS (");
+        self.first.walk_ast(out.reborrow())?;
+        out.push_sql(") ");
+        self.then.walk_ast(out.reborrow())
+    }
+}
+
+impl<F, T: diesel::query_builder::Query> diesel::query_builder::Query for AndThen<F, T> {
+    type SqlType = T::SqlType;
+}
+
+impl<F, T> diesel::RunQueryDsl<diesel::PgConnection> for AndThen<F, T> {}

@@ -65,9 +65,10 @@ super::insert::unnest_insert! {
     }
 }
 
-/// One insert of the transactions and one of their entries. A second transaction of the
-/// same kind for the same object is a unique violation: the caller's transaction fails
-/// rather than count money twice.
+/// The transactions and their entries: one statement on PostgreSQL (one round trip in the
+/// group-commit batch's transaction), two on SQLite. A second transaction of the same kind
+/// for the same object is a unique violation: the caller's transaction fails rather than
+/// count money twice.
 pub fn insert(
     conn: &mut DbConnection,
     transactions: &[TransactionRow],
@@ -75,6 +76,13 @@ pub fn insert(
 ) -> QueryResult<()> {
     if transactions.is_empty() {
         return Ok(());
+    }
+    if let DbConnection::Postgres(pg) = conn {
+        let both = super::insert::AndThen {
+            first: InsertTransactions::new(transactions),
+            then: InsertEntries::new(entries),
+        };
+        return both.execute(pg).map(|_| ());
     }
     super::insert_rows!(
         &mut *conn,

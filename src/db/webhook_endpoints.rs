@@ -110,15 +110,21 @@ pub fn delete(conn: &mut DbConnection, merchant_id: &str, id: &str) -> QueryResu
     .map(|n| n == 1)
 }
 
-/// `(id, enabled_events)` of the merchant's enabled endpoints: who gets a new event.
-pub fn enabled_for_merchant(
+/// `(merchant_id, id, enabled_events)` of these merchants' enabled endpoints, in one query:
+/// who gets the new events of a batch.
+pub fn enabled_for_merchants(
     conn: &mut DbConnection,
-    merchant_id: &str,
-) -> QueryResult<Vec<(String, String)>> {
+    merchant_ids: &[&str],
+) -> QueryResult<Vec<(String, String, String)>> {
     webhook_endpoints::table
-        .filter(webhook_endpoints::merchant_id.eq(merchant_id))
+        .filter(webhook_endpoints::merchant_id.eq_any(merchant_ids))
         .filter(webhook_endpoints::status.eq(ENABLED.as_str()))
-        .select((webhook_endpoints::id, webhook_endpoints::enabled_events))
+        .select((
+            webhook_endpoints::merchant_id,
+            webhook_endpoints::id,
+            webhook_endpoints::enabled_events,
+        ))
+        .order(webhook_endpoints::id)
         .load(conn)
 }
 

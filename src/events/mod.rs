@@ -108,7 +108,7 @@ pub fn record(conn: &mut DbConnection, event: NewEvent<'_>) -> diesel::QueryResu
 }
 
 /// [`record`] for many changes at once (a group commit of finishes): one insert of the
-/// events, one lookup of endpoints per merchant, one insert of the deliveries. Returns the
+/// events, one lookup of the endpoints of all their merchants, one insert of the deliveries. Returns the
 /// events' ids, in order.
 pub fn record_all(
     conn: &mut DbConnection,
@@ -147,16 +147,20 @@ pub fn record_all(
         .collect();
     rows::insert(conn, &rows)?;
 
-    let mut endpoints: HashMap<&str, Vec<(String, EnabledEvents)>> = HashMap::new();
+    let mut merchants: Vec<&str> = events.iter().map(|e| e.merchant_id).collect();
+    merchants.sort_unstable();
+    merchants.dedup();
+    let mut endpoints: HashMap<String, Vec<(String, EnabledEvents)>> = HashMap::new();
+    for (merchant_id, endpoint, enabled) in
+        webhook_endpoints::enabled_for_merchants(conn, &merchants)?
+    {
+        endpoints
+            .entry(merchant_id)
+            .or_default()
+            .push((endpoint, EnabledEvents::from_stored(&enabled)));
+    }
     let mut deliveries = Vec::new();
     for (event, id) in events.iter().zip(&ids) {
-        if !endpoints.contains_key(event.merchant_id) {
-            let enabled = webhook_endpoints::enabled_for_merchant(conn, event.merchant_id)?
-                .into_iter()
-                .map(|(endpoint, enabled)| (endpoint, EnabledEvents::from_stored(&enabled)))
-                .collect();
-            endpoints.insert(event.merchant_id, enabled);
-        }
         for (endpoint_id, enabled) in endpoints.get(event.merchant_id).into_iter().flatten() {
             if enabled.matches(event.kind) {
                 deliveries.push(DeliveryRow::due_now(
