@@ -14,7 +14,7 @@ use payments_api::provider::{Charge, ProviderStatus};
 use serde_json::json;
 
 use crate::support::app_behind_proxy;
-use crate::support::{TestApp, spawn_app, visa};
+use crate::support::{TestApp, spawn_app, spawn_app_with, visa};
 
 /// The group-commit lanes of new payments.
 struct Lanes {
@@ -234,6 +234,103 @@ async fn finishes_queued_together_are_one_update_with_one_event_per_payment_fini
         assert_eq!(event.event_type, format!("payment.{status}"));
         assert!(!event.body.contains("again") && !event.body.contains("late"));
     }
+}
+
+/// The endpoints of a finish batch's merchants are looked up at once: each event still goes
+/// to its own merchant's enabled endpoints that want it, and to no one else's.
+#[actix_web::test]
+async fn a_batch_of_several_merchants_delivers_each_event_to_its_own_merchants_endpoints() {
+    use diesel::prelude::*;
+    use payments_api::db::merchants::{find_by_api_key, hash_api_key};
+    use payments_api::db::schema::{events, webhook_deliveries};
+    let app = spawn_app_with(|s| s.webhook_allow_private_urls = true).await;
+    let Some(writes) = writes(&app) else { return };
+    let endpoint = |key: String, enabled: &'static str| {
+        let app = &app;
+        async move {
+            let body = json!({"url": "http://127.0.0.1:9/hook", "enabled_events": [enabled]});
+            let created = app
+                .post_json("/v1/webhook_endpoints", &key, None, &body)
+                .await;
+            assert_eq!(created.status, 201, "{}", created.text());
+            created.json()["id"].as_str().unwrap().to_owned()
+        }
+    };
+    let merchant_id = |key: String| {
+        let app = &app;
+        async move {
+            app.state
+                .db
+                .run(move |conn| find_by_api_key(conn, &hash_api_key(&key)))
+                .await
+                .unwrap()
+                .expect("merchant")
+                .id
+        }
+    };
+    let other_key = app.create_merchant("gc-other").await;
+    let quiet_key = app.create_merchant("gc-quiet").await;
+    let ours = endpoint(app.api_key.clone(), "*").await;
+    let theirs = endpoint(other_key.clone(), "payment.failed").await;
+    let (other, quiet) = (merchant_id(other_key).await, merchant_id(quiet_key).await);
+
+    let owned_by = |merchant: &str, key: &str| {
+        let mut row = claim(&app, key, 100);
+        row.merchant_id = merchant.to_owned();
+        row
+    };
+    let rows = [
+        claim(&app, "gcm-ours-ok", 100),
+        claim(&app, "gcm-ours-failed", 100),
+        owned_by(&other, "gcm-other-ok"),
+        owned_by(&other, "gcm-other-failed"),
+        owned_by(&quiet, "gcm-quiet-failed"),
+    ];
+    for row in &rows {
+        assert!(writes.claims.submit(row.clone()).await.unwrap());
+    }
+    let outcomes = [
+        ProviderStatus::Succeeded,
+        ProviderStatus::Failed,
+        ProviderStatus::Succeeded,
+        ProviderStatus::Failed,
+        ProviderStatus::Failed,
+    ];
+    let batch: Vec<FinalState> = rows
+        .iter()
+        .zip(outcomes)
+        .map(|(row, status)| finished(row, status, &row.idempotency_key))
+        .collect();
+    let applied: Vec<bool> = join_all(batch.iter().map(|s| writes.finishes.submit(s.clone())))
+        .await
+        .into_iter()
+        .map(|result| result.expect("finish"))
+        .collect();
+    assert_eq!(applied, [true; 5]);
+    assert!(writes.finishes.stats().largest() >= batch.len());
+
+    let mut delivered: Vec<(String, String)> = app
+        .state
+        .db
+        .run(|conn| {
+            webhook_deliveries::table
+                .inner_join(events::table.on(events::id.eq(webhook_deliveries::event_id)))
+                .select((webhook_deliveries::endpoint_id, events::object_id))
+                .load(conn)
+        })
+        .await
+        .unwrap();
+    delivered.sort();
+    let mut expected = vec![
+        (ours.clone(), rows[0].id.clone()),
+        (ours, rows[1].id.clone()),
+        (theirs, rows[3].id.clone()),
+    ];
+    expected.sort();
+    assert_eq!(
+        delivered, expected,
+        "each merchant's endpoints get that merchant's events they want, and nothing else"
+    );
 }
 
 #[actix_web::test]
