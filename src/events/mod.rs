@@ -108,8 +108,8 @@ pub fn record(conn: &mut DbConnection, event: NewEvent<'_>) -> diesel::QueryResu
 }
 
 /// [`record`] for many changes at once (a group commit of finishes): one insert of the
-/// events, one lookup of the endpoints of all their merchants, one insert of the deliveries. Returns the
-/// events' ids, in order.
+/// events, one lookup of the endpoints of all their merchants, one insert of the deliveries
+/// (none if there are none). Returns the events' ids, in order.
 pub fn record_all(
     conn: &mut DbConnection,
     events: &[NewEvent<'_>],
