@@ -371,29 +371,32 @@ fn timeline(
         });
         sources.push(dispute.id);
     }
-    for source in &sources {
-        for event in events::for_object(conn, source)? {
-            entries.push(Entry {
-                at: event.created_at,
-                text: format!("Event {}: {}", event.id, event.event_type),
-            });
-            for delivery in deliveries::for_event(conn, &event.id)? {
-                entries.push(delivery_entry(&delivery));
-            }
-        }
-        for txn in ledger::for_source(conn, source)? {
-            entries.push(Entry {
-                at: txn.created_at,
-                text: format!(
-                    "Balance transaction {}: {} {} (fee {}, net {})",
-                    txn.id,
-                    txn.txn_type,
-                    money(txn.amount, &txn.currency),
-                    money(txn.fee, &txn.currency),
-                    money(txn.net, &txn.currency)
-                ),
-            });
-        }
+    // Three queries whatever the payment's history: its objects' events, their deliveries,
+    // its objects' balance transactions.
+    let sources: Vec<&str> = sources.iter().map(String::as_str).collect();
+    let events = events::for_objects(conn, &sources)?;
+    let event_ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+    let deliveries = deliveries::for_events(conn, &event_ids)?;
+    for event in &events {
+        entries.push(Entry {
+            at: event.created_at,
+            text: format!("Event {}: {}", event.id, event.event_type),
+        });
+        let of_event = deliveries.iter().filter(|d| d.event_id == event.id);
+        entries.extend(of_event.map(delivery_entry));
+    }
+    for txn in ledger::for_sources(conn, &sources)? {
+        entries.push(Entry {
+            at: txn.created_at,
+            text: format!(
+                "Balance transaction {}: {} {} (fee {}, net {})",
+                txn.id,
+                txn.txn_type,
+                money(txn.amount, &txn.currency),
+                money(txn.fee, &txn.currency),
+                money(txn.net, &txn.currency)
+            ),
+        });
     }
     entries.sort_by_key(|e| e.at);
     Ok(entries)

@@ -384,10 +384,10 @@ pub fn oldest_pending(conn: &mut DbConnection) -> QueryResult<Option<Timestamp>>
         .first(conn)
 }
 
-/// Every delivery of one event (a payment's timeline, tests).
-pub fn for_event(conn: &mut DbConnection, event_id: &str) -> QueryResult<Vec<DeliveryRow>> {
+/// Every delivery of these events (a payment's timeline).
+pub fn for_events(conn: &mut DbConnection, event_ids: &[&str]) -> QueryResult<Vec<DeliveryRow>> {
     webhook_deliveries::table
-        .filter(webhook_deliveries::event_id.eq(event_id))
+        .filter(webhook_deliveries::event_id.eq_any(event_ids))
         .select(DeliveryRow::as_select())
         .order(webhook_deliveries::id.asc())
         .load(conn)

@@ -198,10 +198,11 @@ pub fn delete_created_before(
     diesel::delete(events::table.filter(events::id.eq_any(&ids))).execute(conn)
 }
 
-/// Events about one payment or refund (tests and diagnostics).
-pub fn for_object(conn: &mut DbConnection, object_id: &str) -> QueryResult<Vec<EventRow>> {
+/// Events about these payments, refunds or disputes, oldest first (a payment's timeline,
+/// tests).
+pub fn for_objects(conn: &mut DbConnection, object_ids: &[&str]) -> QueryResult<Vec<EventRow>> {
     events::table
-        .filter(events::object_id.eq(object_id))
+        .filter(events::object_id.eq_any(object_ids))
         .select(EventRow::as_select())
         .order(events::id.asc())
         .load(conn)

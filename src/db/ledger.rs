@@ -145,10 +145,13 @@ pub fn list(
     query.load(conn).map(Some)
 }
 
-/// The transactions of one object (a payment, refund or payout), oldest first.
-pub fn for_source(conn: &mut DbConnection, source_id: &str) -> QueryResult<Vec<TransactionRow>> {
+/// The transactions of these objects (payments, refunds, disputes, payouts), oldest first.
+pub fn for_sources(
+    conn: &mut DbConnection,
+    source_ids: &[&str],
+) -> QueryResult<Vec<TransactionRow>> {
     balance_transactions::table
-        .filter(balance_transactions::source_id.eq(source_id))
+        .filter(balance_transactions::source_id.eq_any(source_ids))
         .select(TransactionRow::as_select())
         .order(balance_transactions::id.asc())
         .load(conn)

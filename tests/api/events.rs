@@ -23,7 +23,7 @@ impl TestApp {
         let id = object_id.to_owned();
         self.state
             .db
-            .run(move |conn| event_rows::for_object(conn, &id))
+            .run(move |conn| event_rows::for_objects(conn, &[id.as_str()]))
             .await
             .expect("read events")
     }

@@ -9,7 +9,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use futures_util::future::join_all;
 use payments_api::db::DbConnection;
-use payments_api::db::ledger::{TransactionRow, for_source};
+use payments_api::db::ledger::{TransactionRow, for_sources};
 use payments_api::db::schema::balance_transactions;
 use payments_api::refunds::{self, RefundOutcome};
 use serde_json::{Value, json};
@@ -46,7 +46,7 @@ async fn rows_of(app: &TestApp, source: &str) -> Vec<TransactionRow> {
     let source = source.to_owned();
     app.state
         .db
-        .run(move |conn| for_source(conn, &source))
+        .run(move |conn| for_sources(conn, &[source.as_str()]))
         .await
         .unwrap()
 }

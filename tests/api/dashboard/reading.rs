@@ -91,4 +91,47 @@ async fn a_payments_timeline_shows_where_its_events_were_delivered() {
         ))
     })
     .await;
+
+    // A refund: its event, that event's deliveries and its balance transaction join the
+    // payment's own, each once.
+    let refund = app
+        .post_refund(
+            &payment,
+            "timeline-refund",
+            &serde_json::json!({"amount": 500}),
+        )
+        .await;
+    assert!(refund.status.is_success(), "{}", refund.text());
+    let refund_id = refund.json()["id"].as_str().unwrap().to_owned();
+    ok.wait_for("the refund's delivery", |r| r.len() >= 2).await;
+    wait_until(
+        Duration::from_secs(15),
+        "the timeline shows the refund's",
+        || async {
+            let html = visitor.get(&path).await.text();
+            html.contains(&format!("Refund {refund_id} of"))
+                && html.contains(&format!(
+                    "of refund.succeeded to endpoint {ok_endpoint}: succeeded after 1 attempt"
+                ))
+        },
+    )
+    .await;
+    let html = visitor.get(&path).await.text();
+    assert_eq!(
+        html.matches(": payment.succeeded</li>").count(),
+        1,
+        "{html}"
+    );
+    assert_eq!(html.matches(": refund.succeeded</li>").count(), 1, "{html}");
+    assert_eq!(
+        html.matches("of payment.succeeded to endpoint").count(),
+        2,
+        "{html}"
+    );
+    assert_eq!(
+        html.matches("of refund.succeeded to endpoint").count(),
+        2,
+        "{html}"
+    );
+    assert_eq!(html.matches("Balance transaction ").count(), 2, "{html}");
 }
