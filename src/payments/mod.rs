@@ -243,19 +243,11 @@ pub fn finish_recorded_all(
     })
 }
 
-/// How many group-commit batches of each kind may be in flight at once: one. The payments
-/// that arrive while a batch commits form the next, as PostgreSQL's own group commit does
-/// with WAL flushes, so a busier instance makes larger batches rather than more of them.
-/// Measured (docs/benchmark.md, seventeenth sitting): one lane of each wrote 33 % more new
-/// payments per second than four, with a lower p99: fewer, larger batches, so fewer
-/// statements, plans and WAL flushes per payment.
-const WRITE_LANES: usize = 1;
-
 /// Starts the write path of new payments on `db` (see [`PaymentWrites`]).
 pub fn start_writes(db: &Db) -> PaymentWrites {
     PaymentWrites {
-        claims: WritePath::start(db, "payment_claim", WRITE_LANES, rows::insert_many),
-        finishes: WritePath::start(db, "payment_finish", WRITE_LANES, finish_recorded_all),
+        claims: WritePath::start(db, "payment_claim", rows::insert_many),
+        finishes: WritePath::start(db, "payment_finish", finish_recorded_all),
     }
 }
 
