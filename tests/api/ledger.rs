@@ -489,3 +489,62 @@ fn revert_through_the_ledger(conn: &mut DbConnection) {
     }
     panic!("the ledger's migration was never reverted");
 }
+
+/// A movement already posted cannot be posted again: the second posting of a payment's
+/// charge fails its transaction (balance transactions and entries alike, one statement on
+/// PostgreSQL), and the payment keeps one transaction with its entries.
+#[actix_web::test]
+async fn a_movement_posted_again_is_refused_and_counted_once() {
+    use payments_api::db::schema::ledger_entries;
+    use payments_api::ledger::{Posting, post};
+    let app = spawn_app().await;
+    let payment = app.paid_payment(1000).await;
+    let entries_of = |id: String| {
+        let app = &app;
+        async move {
+            app.state
+                .db
+                .run(move |conn| {
+                    ledger_entries::table
+                        .filter(ledger_entries::transaction_id.eq(id))
+                        .count()
+                        .get_result::<i64>(conn)
+                })
+                .await
+                .unwrap()
+        }
+    };
+    let before = rows_of(&app, &payment).await;
+    assert_eq!(before.len(), 1, "the payment's charge");
+    let entries = entries_of(before[0].id.clone()).await;
+    assert!(entries >= 2, "{entries} entries");
+
+    let (merchant, source) = (app.merchant_id.clone(), payment.clone());
+    let again = app
+        .state
+        .db
+        .run(move |conn| {
+            let posting = Posting::charge(
+                &Default::default(),
+                &merchant,
+                &source,
+                1000,
+                "usd",
+                payments_api::domain::now(),
+            );
+            Ok(conn.transaction(|conn| post(conn, &[posting])).is_err())
+        })
+        .await
+        .unwrap();
+    assert!(again, "a second charge of the same payment is refused");
+    let after = rows_of(&app, &payment).await;
+    assert_eq!(after.len(), 1, "still one transaction");
+    assert_eq!(after[0].id, before[0].id);
+    let total: i64 = app
+        .state
+        .db
+        .run(|conn| ledger_entries::table.count().get_result(conn))
+        .await
+        .unwrap();
+    assert_eq!(total, entries, "no entry of the refused posting stayed");
+}
