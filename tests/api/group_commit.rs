@@ -333,6 +333,95 @@ async fn a_batch_of_several_merchants_delivers_each_event_to_its_own_merchants_e
     );
 }
 
+/// A finish that loses to another path (a webhook, another instance finished the payment
+/// first) writes none of what a finish records, even in a batch whose other finishes write
+/// theirs: no second event, no delivery of it, no balance transaction, no entry. On
+/// PostgreSQL the batch is one statement whose inserts are guarded by the update's result.
+#[actix_web::test]
+async fn a_finish_that_loses_in_a_batch_records_nothing_and_the_others_record_theirs() {
+    use diesel::prelude::*;
+    use payments_api::db::schema::webhook_deliveries;
+    use payments_api::db::schema::{balance_transactions, events, ledger_entries};
+    let app = spawn_app_with(|s| s.webhook_allow_private_urls = true).await;
+    let body = json!({"url": "http://127.0.0.1:9/hook", "enabled_events": ["*"]});
+    let created = app
+        .post_json("/v1/webhook_endpoints", &app.api_key, None, &body)
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text());
+    let path = &app.state.payment_writes;
+    let (early, late) = (
+        claim(&app, "lose-early", 700),
+        claim(&app, "lose-late", 900),
+    );
+    for row in [&early, &late] {
+        assert!(path.claims.submit(row.clone()).await.unwrap());
+    }
+    // Another path finishes the first payment: it failed.
+    let first = finished(&early, ProviderStatus::Failed, "req-webhook");
+    assert!(path.finishes.submit(first).await.unwrap());
+
+    // Then a batch says both succeeded: only the second is this batch's to finish.
+    let batch = [
+        finished(&early, ProviderStatus::Succeeded, "req-lost"),
+        finished(&late, ProviderStatus::Succeeded, "req-won"),
+    ];
+    let applied: Vec<bool> = join_all(batch.iter().map(|s| path.finishes.submit(s.clone())))
+        .await
+        .into_iter()
+        .map(|result| result.expect("finish"))
+        .collect();
+    assert_eq!(applied, [false, true]);
+    if let Some(lanes) = writes(&app) {
+        assert!(lanes.finishes.stats().largest() >= batch.len(), "one batch");
+    }
+
+    let (written, delivered, transactions, entries) = app
+        .state
+        .db
+        .run(move |conn| {
+            let written: Vec<(String, String)> = events::table
+                .select((events::object_id, events::event_type))
+                .order(events::object_id)
+                .load(conn)?;
+            let delivered: i64 = webhook_deliveries::table.count().get_result(conn)?;
+            let transactions: Vec<(String, String)> = balance_transactions::table
+                .select((balance_transactions::id, balance_transactions::source_id))
+                .load(conn)?;
+            let entries: Vec<String> = ledger_entries::table
+                .select(ledger_entries::transaction_id)
+                .load(conn)?;
+            Ok((written, delivered, transactions, entries))
+        })
+        .await
+        .unwrap();
+    let mut expected = vec![
+        (early.id.clone(), "payment.failed".to_owned()),
+        (late.id.clone(), "payment.succeeded".to_owned()),
+    ];
+    expected.sort();
+    assert_eq!(written, expected, "one event per payment, the winner's");
+    assert_eq!(delivered, 2, "one delivery per event written");
+    let sources: Vec<&str> = transactions
+        .iter()
+        .map(|(_, source)| source.as_str())
+        .collect();
+    assert_eq!(
+        sources,
+        [late.id.as_str()],
+        "only the succeeded payment is posted"
+    );
+    let posted = &transactions[0].0;
+    assert!(entries.len() >= 2, "{entries:?}");
+    assert!(
+        entries.iter().all(|t| t == posted),
+        "entries of another transaction"
+    );
+    assert_eq!(
+        stored(&app, "lose-early").await.unwrap().status.as_str(),
+        "failed"
+    );
+}
+
 #[actix_web::test]
 async fn concurrent_payments_over_http_are_batched_and_charged_once_per_key() {
     let app = spawn_app().await;
