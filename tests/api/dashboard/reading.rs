@@ -135,3 +135,63 @@ async fn a_payments_timeline_shows_where_its_events_were_delivered() {
     );
     assert_eq!(html.matches("Balance transaction ").count(), 2, "{html}");
 }
+
+/// The overview counts each of the last 30 days (UTC) from one query: a day's payments, all
+/// and succeeded, in its bar's title and in the totals; a payment older than 30 days is in
+/// neither.
+#[actix_web::test]
+async fn the_overview_counts_the_payments_of_each_of_the_last_30_days() {
+    use diesel::prelude::*;
+    use payments_api::db::schema::payments;
+    use payments_api::domain::PaymentId;
+    let app = spawn_app().await;
+    let declined = serde_json::json!({
+        "amount": 500, "currency": "usd", "payment_method": "pm_card_declined"
+    });
+    let mut failed = Vec::new();
+    for n in 0..4 {
+        let response = app.post_payment(&format!("overview-{n}"), &declined).await;
+        assert_eq!(response.status, 201, "{}", response.text());
+        failed.push(response.json()["id"].as_str().unwrap().to_owned());
+    }
+    for _ in 0..2 {
+        app.paid_payment(1000).await;
+    }
+    // Three failed payments moved back in time: two to three days ago, one to 40 days ago.
+    for (id, days_back, n) in [(&failed[0], 3, 1), (&failed[1], 3, 2), (&failed[2], 40, 3)] {
+        let at = (chrono::Utc::now() - chrono::Duration::days(days_back)).naive_utc();
+        let moved = format!("{}{n:020x}", PaymentId::first_at(at));
+        let id = id.clone();
+        app.state
+            .db
+            .run(move |conn| {
+                diesel::update(payments::table.filter(payments::id.eq(id)))
+                    .set((payments::id.eq(moved), payments::created_at.eq(at)))
+                    .execute(conn)
+            })
+            .await
+            .unwrap();
+    }
+
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(&app.api_key).await;
+    let overview = visitor.get("/dashboard").await;
+    assert_eq!(overview.status, 200);
+    let html = overview.text();
+    let stat = |name: &str, value: &str| format!("{name}<strong>{value}</strong>");
+    assert!(html.contains(&stat("Payments, 30 days", "5")), "{html}");
+    assert!(html.contains(&stat("Succeeded", "2")), "{html}");
+    assert!(html.contains(&stat("Success rate", "40.0 %")), "{html}");
+    for (offset, counts) in [
+        (0, "3 payments, 2 succeeded"),
+        (-3, "2 payments, 0 succeeded"),
+    ] {
+        let title = format!("<title>{}: {counts}</title>", day(offset));
+        assert!(html.contains(&title), "{title} in {html}");
+    }
+    assert!(html.contains(&format!("<title>{}: 0 payments", day(-1))));
+    assert!(
+        !html.contains(&day(-40)),
+        "a day beyond the 30 is not drawn"
+    );
+}
