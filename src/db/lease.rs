@@ -4,6 +4,15 @@
 //! A lease names who works on a row (`lease_token`) and until when (`lease_expires_at`).
 //! Every move is one guarded update, so of any number of requests, retries, instances and
 //! recovery workers exactly one owns a row at a time.
+//!
+//! The guards of a row found by its id (`take_over`, `release`, `lock_unfinished`, and the
+//! finish of payments in `payments/prepared.rs`) test `status || '' = <unfinished>`, not
+//! `status = <unfinished>`: the same test, but one that PostgreSQL cannot answer through the
+//! table's partial index of unfinished rows (`WHERE status = …`). Once a table has
+//! statistics, the planner takes that index for nearly empty (few rows are unfinished when it
+//! is analyzed) and scans all of it for the one id, entries of rows finished since the last
+//! vacuum included (docs/benchmark.md, eighteenth sitting); by primary key the row is one
+//! lookup. Only `find_abandoned`, which looks for unfinished rows, reads that index.
 
 use super::pool::DbConnection;
 use crate::domain::Timestamp;
@@ -66,7 +75,7 @@ macro_rules! lease_protocol {
             diesel::update(
                 $table::table
                     .filter($table::id.eq(id))
-                    .filter($table::status.eq($unfinished))
+                    .filter($table::status.concat("").eq($unfinished))
                     .filter(
                         $table::lease_expires_at
                             .is_null()
@@ -94,7 +103,7 @@ macro_rules! lease_protocol {
             diesel::update(
                 $table::table
                     .filter($table::id.eq(id))
-                    .filter($table::status.eq($unfinished))
+                    .filter($table::status.concat("").eq($unfinished))
                     .filter($table::lease_token.eq(token)),
             )
             .set((
@@ -130,7 +139,7 @@ macro_rules! lease_protocol {
             diesel::update(
                 $table::table
                     .filter($table::id.eq(id))
-                    .filter($table::status.eq($unfinished)),
+                    .filter($table::status.concat("").eq($unfinished)),
             )
             .set($table::updated_at.eq(now))
             .execute(conn)
