@@ -122,7 +122,10 @@ pub fn hold(
     let mut update = diesel::update(
         payments::table
             .filter(payments::id.eq(payment_id))
-            .filter(payments::status.eq(REQUIRES_CAPTURE.as_str()))
+            .filter(super::lease::still!(
+                payments::status,
+                REQUIRES_CAPTURE.as_str()
+            ))
             .filter(payments::operation_id.is_null())
             .filter(payments::amount_capturable.ge(amount)),
     )
@@ -161,7 +164,10 @@ pub fn capture_payment(
         payments::table
             .filter(payments::id.eq(payment_id))
             .filter(payments::operation_id.eq(operation_id))
-            .filter(payments::status.eq(REQUIRES_CAPTURE.as_str())),
+            .filter(super::lease::still!(
+                payments::status,
+                REQUIRES_CAPTURE.as_str()
+            )),
     )
     .set((
         payments::status.eq(REQUIRES_CAPTURE.move_to(PaymentStatus::Succeeded)?.as_str()),
@@ -185,7 +191,10 @@ pub fn cancel_payment(
         payments::table
             .filter(payments::id.eq(payment_id))
             .filter(payments::operation_id.eq(operation_id))
-            .filter(payments::status.eq(REQUIRES_CAPTURE.as_str())),
+            .filter(super::lease::still!(
+                payments::status,
+                REQUIRES_CAPTURE.as_str()
+            )),
     )
     .set((
         payments::status.eq(REQUIRES_CAPTURE.move_to(PaymentStatus::Canceled)?.as_str()),
@@ -224,7 +233,10 @@ pub fn reject(
     diesel::update(
         payment_operations::table
             .filter(payment_operations::id.eq(id))
-            .filter(payment_operations::status.eq(StepStatus::Pending.as_str())),
+            .filter(super::lease::still!(
+                payment_operations::status,
+                StepStatus::Pending.as_str()
+            )),
     )
     .set((
         payment_operations::status.eq(StepStatus::Rejected.as_str()),
@@ -257,7 +269,10 @@ pub fn finish(conn: &mut DbConnection, row: &CaptureRow) -> QueryResult<bool> {
     diesel::update(
         payment_operations::table
             .filter(payment_operations::id.eq(&row.id))
-            .filter(payment_operations::status.eq(StepStatus::Pending.as_str())),
+            .filter(super::lease::still!(
+                payment_operations::status,
+                StepStatus::Pending.as_str()
+            )),
     )
     .set((
         payment_operations::status.eq(row.status.as_str()),

@@ -77,7 +77,10 @@ pub fn answer_at_claim(
     diesel::update(
         dispute_steps::table
             .filter(dispute_steps::id.eq(id))
-            .filter(dispute_steps::status.eq(StepStatus::Pending.as_str())),
+            .filter(super::lease::still!(
+                dispute_steps::status,
+                StepStatus::Pending.as_str()
+            )),
     )
     .set((
         dispute_steps::status.eq(status.as_str()),
@@ -96,7 +99,10 @@ pub fn finish(conn: &mut DbConnection, row: &DisputeStepRow) -> QueryResult<bool
     diesel::update(
         dispute_steps::table
             .filter(dispute_steps::id.eq(&row.id))
-            .filter(dispute_steps::status.eq(StepStatus::Pending.as_str())),
+            .filter(super::lease::still!(
+                dispute_steps::status,
+                StepStatus::Pending.as_str()
+            )),
     )
     .set((
         dispute_steps::status.eq(row.status.as_str()),

@@ -5,14 +5,16 @@
 //! Every move is one guarded update, so of any number of requests, retries, instances and
 //! recovery workers exactly one owns a row at a time.
 //!
-//! The guards of a row found by its id (`take_over`, `release`, `lock_unfinished`, and the
-//! finish of payments in `payments/prepared.rs`) test `status || '' = <unfinished>`, not
-//! `status = <unfinished>`: the same test, but one that PostgreSQL cannot answer through the
-//! table's partial index of unfinished rows (`WHERE status = …`). Once a table has
-//! statistics, the planner takes that index for nearly empty (few rows are unfinished when it
-//! is analyzed) and scans all of it for the one id, entries of rows finished since the last
-//! vacuum included (docs/benchmark.md, eighteenth sitting); by primary key the row is one
-//! lookup. Only `find_abandoned`, which looks for unfinished rows, reads that index.
+//! A guard on the status of a row found by its id, where a partial index is defined by that
+//! status (`WHERE status = 'pending'`: the unfinished rows of each table, the payments that
+//! wait for a capture), is written [`still!`]`(status, value)`: `status || '' = value`, the
+//! same test, but one PostgreSQL cannot answer through that index. Once a table has
+//! statistics, the planner takes the index for nearly empty (few rows are in that status
+//! when it is analyzed) and scans all of it for the one id, entries of rows that left the
+//! status since the last vacuum included (docs/benchmark.md, eighteenth sitting); by
+//! primary key the row is one lookup. Only the queries that look for rows in that status
+//! (`find_abandoned`, the expiry of authorizations) read the index. The payments' finish in
+//! `payments/prepared.rs` writes the same test in its SQL.
 
 use super::pool::DbConnection;
 use crate::domain::Timestamp;
@@ -75,7 +77,7 @@ macro_rules! lease_protocol {
             diesel::update(
                 $table::table
                     .filter($table::id.eq(id))
-                    .filter($table::status.concat("").eq($unfinished))
+                    .filter($crate::db::lease::still!($table::status, $unfinished))
                     .filter(
                         $table::lease_expires_at
                             .is_null()
@@ -103,7 +105,7 @@ macro_rules! lease_protocol {
             diesel::update(
                 $table::table
                     .filter($table::id.eq(id))
-                    .filter($table::status.concat("").eq($unfinished))
+                    .filter($crate::db::lease::still!($table::status, $unfinished))
                     .filter($table::lease_token.eq(token)),
             )
             .set((
@@ -139,7 +141,7 @@ macro_rules! lease_protocol {
             diesel::update(
                 $table::table
                     .filter($table::id.eq(id))
-                    .filter($table::status.concat("").eq($unfinished)),
+                    .filter($crate::db::lease::still!($table::status, $unfinished)),
             )
             .set($table::updated_at.eq(now))
             .execute(conn)
@@ -217,3 +219,14 @@ macro_rules! lease_protocol {
 }
 
 pub(crate) use lease_protocol;
+
+/// `$column = $value` as the guard of an update of one row found by its id, written so that
+/// PostgreSQL never answers it through a partial index defined by `$column` (see the module
+/// documentation): `$column || '' = $value`.
+macro_rules! still {
+    ($column:expr, $value:expr) => {
+        diesel::ExpressionMethods::eq(diesel::TextExpressionMethods::concat($column, ""), $value)
+    };
+}
+
+pub(crate) use still;

@@ -69,7 +69,10 @@ pub fn reject(
     diesel::update(
         payouts::table
             .filter(payouts::id.eq(id))
-            .filter(payouts::status.eq(PayoutStatus::Pending.as_str())),
+            .filter(super::lease::still!(
+                payouts::status,
+                PayoutStatus::Pending.as_str()
+            )),
     )
     .set((
         payouts::status.eq(PayoutStatus::Rejected.as_str()),
@@ -116,7 +119,10 @@ pub fn finish(conn: &mut DbConnection, row: &PayoutRow) -> QueryResult<bool> {
     diesel::update(
         payouts::table
             .filter(payouts::id.eq(&row.id))
-            .filter(payouts::status.eq(PayoutStatus::Pending.as_str())),
+            .filter(super::lease::still!(
+                payouts::status,
+                PayoutStatus::Pending.as_str()
+            )),
     )
     .set((
         payouts::status.eq(row.status.as_str()),

@@ -160,7 +160,10 @@ pub fn reject(
     diesel::update(
         refunds::table
             .filter(refunds::id.eq(id))
-            .filter(refunds::status.eq(RefundStatus::Pending.as_str())),
+            .filter(super::lease::still!(
+                refunds::status,
+                RefundStatus::Pending.as_str()
+            )),
     )
     .set((
         refunds::amount.eq(amount),
@@ -192,7 +195,10 @@ pub fn finish(conn: &mut DbConnection, row: &RefundRow) -> QueryResult<bool> {
     diesel::update(
         refunds::table
             .filter(refunds::id.eq(&row.id))
-            .filter(refunds::status.eq(RefundStatus::Pending.as_str())),
+            .filter(super::lease::still!(
+                refunds::status,
+                RefundStatus::Pending.as_str()
+            )),
     )
     .set((
         refunds::status.eq(row.status.as_str()),

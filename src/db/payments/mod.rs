@@ -140,11 +140,9 @@ pub fn finish(conn: &mut DbConnection, row: &PaymentRow) -> QueryResult<bool> {
     if let DbConnection::Postgres(_) = conn {
         return Ok(finish_many(conn, &[row])?.contains(&true));
     }
-    diesel::update(
-        payments::table
-            .filter(payments::id.eq(&row.id))
-            .filter(payments::status.eq(PROCESSING.as_str())),
-    )
+    diesel::update(payments::table.filter(payments::id.eq(&row.id)).filter(
+        crate::db::lease::still!(payments::status, PROCESSING.as_str()),
+    ))
     .set((
         payments::status.eq(row.status.as_str()),
         payments::provider_charge_id.eq(&row.provider_charge_id),
