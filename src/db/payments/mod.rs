@@ -286,39 +286,4 @@ mod tests {
             .unwrap();
         assert_eq!(rows, 1, "rows read to find one payment by its key");
     }
-
-    /// A guarded update of one unfinished payment (the lease protocol's) reads that payment
-    /// by its primary key, also once the table has statistics taken while few payments were
-    /// unfinished: not all the unfinished payments through their partial index.
-    #[test]
-    fn a_lease_guard_reads_one_row_after_the_table_is_analyzed_with_few_unfinished() {
-        let Some((_schema, mut conn)) = Schema::migrated() else {
-            return;
-        };
-        let claim = |from: u32, to: u32| {
-            format!(
-                "INSERT INTO payments (id, merchant_id, idempotency_key, request_fingerprint, \
-                 amount, currency, payment_method, metadata, status, created_at, updated_at) \
-                 SELECT 'pay_' || n, 'mer_t', 'key-' || n, 'fp', 2000, 'usd', 'pm_card_visa', \
-                 '{{}}', 'processing', now(), now() FROM generate_series({from}, {to}) n;"
-            )
-        };
-        conn.batch_execute(&format!(
-            "INSERT INTO merchants (id, name, created_at) VALUES ('mer_t', 't', now()); {} \
-             UPDATE payments SET status = 'succeeded', response_status = 201, \
-             response_body = '{{}}' WHERE status = 'processing'; ANALYZE payments; {}",
-            claim(1, 2_000),
-            claim(2_001, 4_000)
-        ))
-        .unwrap();
-        let rows = conn
-            .transaction(|conn| {
-                let before = PaymentsReads::now(conn)?;
-                let locked = super::lock_unfinished(conn, "pay_3000", crate::domain::now())?;
-                assert!(locked, "the unfinished payment is locked");
-                QueryResult::Ok(PaymentsReads::now(conn)?.index_rows - before.index_rows)
-            })
-            .unwrap();
-        assert_eq!(rows, 1, "rows read to lock one unfinished payment");
-    }
 }

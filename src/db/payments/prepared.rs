@@ -243,32 +243,57 @@ mod tests {
         );
     }
 
-    /// Still by primary key once the table has statistics taken while few payments were
-    /// unfinished: the planner then takes the partial index of unfinished payments for
-    /// nearly empty, and a guard written `status = 'processing'` was read as one scan of all
-    /// of it (every payment claimed since, and every entry left by a finish since the last
-    /// vacuum) per batch.
-    #[test]
-    fn a_finish_reads_by_primary_key_after_the_table_is_analyzed_with_few_unfinished() {
-        let Some((_schema, mut conn)) = Schema::migrated() else {
-            return;
-        };
+    /// A table analyzed while few payments were unfinished (2 000 claimed and finished, with
+    /// no vacuum since), then 2 000 more claimed: the planner takes the partial index of
+    /// unfinished payments for nearly empty, though it holds an entry for each of the 4 000.
+    fn analyzed_with_few_unfinished(conn: &mut DbConnection) {
         conn.batch_execute(
             "INSERT INTO merchants (id, name, created_at) VALUES ('mer_t', 't', now())",
         )
         .unwrap();
-        claim(&mut conn, 1..=2_000);
+        claim(conn, 1..=2_000);
         conn.batch_execute(
             "UPDATE payments SET status = 'succeeded', response_status = 201, \
              response_body = '{}' WHERE status = 'processing'; ANALYZE payments",
         )
         .unwrap();
-        claim(&mut conn, 2_001..=4_000);
+        claim(conn, 2_001..=4_000);
+    }
+
+    /// Still by primary key once the table has statistics taken while few payments were
+    /// unfinished: a guard written `status = 'processing'` was read as one scan of all of
+    /// the partial index of unfinished payments per batch.
+    #[test]
+    fn a_finish_reads_by_primary_key_after_the_table_is_analyzed_with_few_unfinished() {
+        let Some((_schema, mut conn)) = Schema::migrated() else {
+            return;
+        };
+        analyzed_with_few_unfinished(&mut conn);
         let (seq_scans, index_scans) = finish(&mut conn, 2_001..=2_008);
         assert_eq!(
             (seq_scans, index_scans),
             (0, 8),
             "one primary-key lookup per payment finished (sequential scans, index scans)"
         );
+    }
+
+    /// The lease protocol's guarded update of one unfinished payment reads that payment by
+    /// its primary key on the same table: not all the unfinished payments through their
+    /// partial index.
+    #[test]
+    fn a_lease_guard_reads_one_row_after_the_table_is_analyzed_with_few_unfinished() {
+        let Some((_schema, mut conn)) = Schema::migrated() else {
+            return;
+        };
+        analyzed_with_few_unfinished(&mut conn);
+        let rows = conn
+            .transaction(|conn| {
+                let before = PaymentsReads::now(conn)?;
+                let locked = payments::lock_unfinished(conn, "pay_3000", crate::domain::now())?;
+                assert!(locked, "the unfinished payment is locked");
+                diesel::QueryResult::Ok(PaymentsReads::now(conn)?.index_rows - before.index_rows)
+            })
+            .unwrap();
+        assert_eq!(rows, 1, "rows read to lock one unfinished payment");
     }
 }
