@@ -95,7 +95,8 @@ echo "== limit: pgbench, $CONNECTIONS clients, prepared, $RUNS runs each"
 "${PSQL[@]}" -d "$DB" -c "INSERT INTO merchants (id, name, created_at) VALUES ('mer_bench', 'bench', now()) ON CONFLICT DO NOTHING"
 "${PSQL[@]}" -d "$DB" -c "INSERT INTO payments (id, merchant_id, idempotency_key, request_fingerprint, amount, currency, payment_method, metadata, status, amount_refunded, response_status, response_body, provider_attempts, created_at, updated_at)
   SELECT 'pay_lookup_' || n, 'mer_bench', 'lookup-' || n, 'fp', 2000, 'usd', 'pm_card_visa', '{}', 'succeeded', 0, 201, repeat('x', 400), 1, now(), now() FROM generate_series(1, 1000) n"
-pgbench_tps() { pgbench -n -h 127.0.0.1 -U postgres -c "$CONNECTIONS" -j 2 -M prepared -T "$SECONDS_PER_RUN" -f "$1" "$DB" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
+# pgbench_tps SCRIPT [DATABASE]: its transactions per second on DATABASE ($DB by default)
+pgbench_tps() { pgbench -n -h 127.0.0.1 -U postgres -c "$CONNECTIONS" -j 2 -M prepared -T "$SECONDS_PER_RUN" -f "$1" "${2:-$DB}" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
 LIMIT_NAIVE=(); LIMIT_NEW=(); LIMIT_BATCHED=(); LIMIT_LOOKUP=()
 for _ in $(seq 1 "$RUNS"); do
   LIMIT_NEW+=("$(pgbench_tps scripts/pgbench/new_payment.sql)")
@@ -119,7 +120,7 @@ naive_limit() {
   "${PSQL[@]}" -d postgres -c "DROP DATABASE IF EXISTS $NAIVE_DB" -c "CREATE DATABASE $NAIVE_DB" 2>/dev/null
   DATABASE_URL="$PG/$NAIVE_DB" target/release/payments-api migrate >/dev/null
   "${PSQL[@]}" -d "$NAIVE_DB" -c "INSERT INTO merchants (id, name, created_at) VALUES ('mer_bench', 'bench', now())" -c "CHECKPOINT" >/dev/null
-  pgbench -n -h 127.0.0.1 -U postgres -c "$CONNECTIONS" -j 2 -M prepared -T "$SECONDS_PER_RUN" -f scripts/pgbench/new_payment_naive.sql "$NAIVE_DB" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+  pgbench_tps scripts/pgbench/new_payment_naive.sql "$NAIVE_DB"
 }
 echo "== new payments in turn with the naive limit (release, PostgreSQL, in-process provider at zero latency, $CONNECTIONS connections, ${SECONDS_PER_RUN}s per run)"
 NEW=(); REPLAY=(); NEW_PAIRS=(); REPLAY_PAIRS=()
