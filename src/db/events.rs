@@ -8,8 +8,10 @@
 
 use diesel::prelude::*;
 
+use super::ledger::{EntryRow, TransactionRow};
 use super::pool::DbConnection;
 use super::schema::{event_sequence, events};
+use super::webhook_endpoints;
 use crate::domain::Timestamp;
 
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -52,9 +54,42 @@ super::insert::unnest_insert! {
     }
 }
 
-/// Inserts `rows`: one statement on PostgreSQL (however many), one per row on SQLite.
-pub fn insert(conn: &mut DbConnection, rows: &[NewEventRow<'_>]) -> QueryResult<()> {
-    super::insert_rows!(conn, events::table, rows, InsertEvents)
+/// Inserts `rows` (none is an error: there is always an event to record) with the ledger's
+/// rows of the same changes (`transactions` and their `entries`, maybe none), and reads the
+/// enabled endpoints of `merchants` (see [`webhook_endpoints::enabled_for_merchants`]). One
+/// statement on PostgreSQL, prepared once per connection: a group-commit batch of finishes
+/// pays one round trip for what were three (each is a wake-up of both processes on a busy
+/// machine; docs/benchmark.md). One statement per write on SQLite.
+pub fn insert_and_find_endpoints(
+    conn: &mut DbConnection,
+    rows: &[NewEventRow<'_>],
+    (transactions, entries): (&[TransactionRow], &[EntryRow]),
+    merchants: &[&str],
+) -> QueryResult<Vec<(String, String, String)>> {
+    use super::insert::Together;
+    use super::ledger::{InsertEntries, InsertTransactions};
+    let endpoints = webhook_endpoints::enabled_for_merchants_query(merchants);
+    match conn {
+        DbConnection::Postgres(pg) if transactions.is_empty() => Together {
+            writes: (InsertEvents::new(rows),),
+            last: endpoints,
+        }
+        .load(pg),
+        DbConnection::Postgres(pg) => Together {
+            writes: (
+                InsertEvents::new(rows),
+                InsertTransactions::new(transactions),
+                InsertEntries::new(entries),
+            ),
+            last: endpoints,
+        }
+        .load(pg),
+        conn => {
+            super::insert_rows!(&mut *conn, events::table, rows, InsertEvents)?;
+            super::ledger::insert(conn, transactions, entries)?;
+            endpoints.load(conn)
+        }
+    }
 }
 
 pub fn find(conn: &mut DbConnection, merchant_id: &str, id: &str) -> QueryResult<Option<EventRow>> {

@@ -99,40 +99,79 @@ macro_rules! insert_rows {
 pub(crate) use insert_rows;
 pub(crate) use unnest_insert;
 
-/// `WITH written AS (<first>) <then>`: an insert and the statement after it in one round trip
-/// (PostgreSQL). Both run on one snapshot: `then` does not see the rows `first` writes, and
-/// the constraints of both (foreign keys included) are checked when the statement ends, so
-/// rows that reference the inserted ones may be inserted by `then`.
-pub struct AndThen<F, T> {
-    pub first: F,
-    pub then: T,
+/// `WITH w0 AS (<first write>), w1 AS (<second>), … <last>`: writes and the statement after
+/// them in one round trip (PostgreSQL). `writes` is a tuple of one to three statements. All
+/// run on one snapshot: `last` does not see the rows the writes make, and the constraints of
+/// all (foreign keys included) are checked when the statement ends, so rows that reference
+/// each other's may be inserted together. Each part keeps a static query id, so the whole is
+/// prepared once per connection like its parts.
+pub struct Together<W, L> {
+    pub writes: W,
+    pub last: L,
 }
 
-impl<F: diesel::query_builder::QueryId, T: diesel::query_builder::QueryId>
-    diesel::query_builder::QueryId for AndThen<F, T>
+/// The writes of a [`Together`]: a tuple of statements, each a common table expression.
+pub trait Writes {
+    type QueryId: 'static;
+    const HAS_STATIC_QUERY_ID: bool;
+    fn walk_writes<'b>(
+        &'b self,
+        out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
+    ) -> diesel::QueryResult<()>;
+}
+
+macro_rules! writes_tuple {
+    ($($part:ident $index:tt),+) => {
+        impl<$($part),+> Writes for ($($part,)+)
+        where
+            $($part: diesel::query_builder::QueryFragment<diesel::pg::Pg> + diesel::query_builder::QueryId,)+
+        {
+            type QueryId = ($($part::QueryId,)+);
+            const HAS_STATIC_QUERY_ID: bool = true $(&& $part::HAS_STATIC_QUERY_ID)+;
+            fn walk_writes<'b>(
+                &'b self,
+                mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
+            ) -> diesel::QueryResult<()> {
+                $(
+                    out.push_sql(if $index == 0 { "WITH " } else { ", " });
+                    out.push_sql(concat!("w", stringify!($index), " AS ("));
+                    self.$index.walk_ast(out.reborrow())?;
+                    out.push_sql(")");
+                )+
+                out.push_sql(" ");
+                Ok(())
+            }
+        }
+    };
+}
+
+writes_tuple!(A 0);
+writes_tuple!(A 0, B 1);
+writes_tuple!(A 0, B 1, C 2);
+
+impl<W: Writes, L: diesel::query_builder::QueryId> diesel::query_builder::QueryId
+    for Together<W, L>
 {
-    type QueryId = AndThen<F::QueryId, T::QueryId>;
-    const HAS_STATIC_QUERY_ID: bool = F::HAS_STATIC_QUERY_ID && T::HAS_STATIC_QUERY_ID;
+    type QueryId = Together<W::QueryId, L::QueryId>;
+    const HAS_STATIC_QUERY_ID: bool = W::HAS_STATIC_QUERY_ID && L::HAS_STATIC_QUERY_ID;
 }
 
-impl<F, T> diesel::query_builder::QueryFragment<diesel::pg::Pg> for AndThen<F, T>
+impl<W, L> diesel::query_builder::QueryFragment<diesel::pg::Pg> for Together<W, L>
 where
-    F: diesel::query_builder::QueryFragment<diesel::pg::Pg>,
-    T: diesel::query_builder::QueryFragment<diesel::pg::Pg>,
+    W: Writes,
+    L: diesel::query_builder::QueryFragment<diesel::pg::Pg>,
 {
     fn walk_ast<'b>(
         &'b self,
         mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
     ) -> diesel::QueryResult<()> {
-        out.push_sql("WITH written AS (");
-        self.first.walk_ast(out.reborrow())?;
-        out.push_sql(") ");
-        self.then.walk_ast(out.reborrow())
+        self.writes.walk_writes(out.reborrow())?;
+        self.last.walk_ast(out.reborrow())
     }
 }
 
-impl<F, T: diesel::query_builder::Query> diesel::query_builder::Query for AndThen<F, T> {
-    type SqlType = T::SqlType;
+impl<W, L: diesel::query_builder::Query> diesel::query_builder::Query for Together<W, L> {
+    type SqlType = L::SqlType;
 }
 
-impl<F, T> diesel::RunQueryDsl<diesel::PgConnection> for AndThen<F, T> {}
+impl<W, L> diesel::RunQueryDsl<diesel::PgConnection> for Together<W, L> {}

@@ -78,9 +78,9 @@ pub fn insert(
         return Ok(());
     }
     if let DbConnection::Postgres(pg) = conn {
-        let both = super::insert::AndThen {
-            first: InsertTransactions::new(transactions),
-            then: InsertEntries::new(entries),
+        let both = super::insert::Together {
+            writes: (InsertTransactions::new(transactions),),
+            last: InsertEntries::new(entries),
         };
         return both.execute(pg).map(|_| ());
     }

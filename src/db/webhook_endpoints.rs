@@ -116,16 +116,23 @@ pub fn enabled_for_merchants(
     conn: &mut DbConnection,
     merchant_ids: &[&str],
 ) -> QueryResult<Vec<(String, String, String)>> {
+    enabled_for_merchants_query(merchant_ids).load(conn)
+}
+
+/// The query of [`enabled_for_merchants`], for a statement that sends it with other work
+/// (the events' insert of a group-commit batch, `db/events.rs`).
+#[diesel::dsl::auto_type(no_type_alias)]
+pub fn enabled_for_merchants_query<'a>(merchant_ids: &'a [&'a str]) -> _ {
+    let enabled: &'static str = ENABLED.as_str();
     webhook_endpoints::table
         .filter(webhook_endpoints::merchant_id.eq_any(merchant_ids))
-        .filter(webhook_endpoints::status.eq(ENABLED.as_str()))
+        .filter(webhook_endpoints::status.eq(enabled))
         .select((
             webhook_endpoints::merchant_id,
             webhook_endpoints::id,
             webhook_endpoints::enabled_events,
         ))
         .order(webhook_endpoints::id)
-        .load(conn)
 }
 
 /// A 2xx: the endpoint is healthy again, its run of failures is over.

@@ -27,7 +27,7 @@ use serde::Serialize;
 use crate::auth::Merchant;
 use crate::db::deliveries::{self as delivery_rows, DeliveryRow};
 use crate::db::events::{self as rows, NewEventRow};
-use crate::db::{Db, DbConnection, DbError, webhook_endpoints};
+use crate::db::{Db, DbConnection, DbError};
 use crate::domain::{DeliveryId, EventId, Timestamp, format_timestamp, now};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -103,18 +103,21 @@ pub struct NewEvent<'a> {
 /// rolls back) with the change: never one without the other, never twice. Returns the
 /// event's id.
 pub fn record(conn: &mut DbConnection, event: NewEvent<'_>) -> diesel::QueryResult<String> {
-    let mut ids = record_all(conn, &[event])?;
+    let mut ids = record_all(conn, &[event], &[])?;
     ids.pop().ok_or(diesel::result::Error::NotFound)
 }
 
-/// [`record`] for many changes at once (a group commit of finishes): one insert of the
-/// events, one lookup of the endpoints of all their merchants, one insert of the deliveries
-/// (none if there are none). Returns the events' ids, in order.
+/// [`record`] for many changes at once (a group commit of finishes), with the ledger's
+/// `postings` of the same changes: one statement inserts the events and the postings and
+/// reads the endpoints of all their merchants (PostgreSQL), then one insert of the
+/// deliveries (none if there are none). Returns the events' ids, in order.
 pub fn record_all(
     conn: &mut DbConnection,
     events: &[NewEvent<'_>],
+    postings: &[crate::ledger::Posting],
 ) -> diesel::QueryResult<Vec<String>> {
     if events.is_empty() {
+        crate::ledger::post(conn, postings)?;
         return Ok(Vec::new());
     }
     let created_at = now();
@@ -145,14 +148,13 @@ pub fn record_all(
             created_at,
         })
         .collect();
-    rows::insert(conn, &rows)?;
-
+    let (transactions, entries) = crate::ledger::rows_of(postings);
     let mut merchants: Vec<&str> = events.iter().map(|e| e.merchant_id).collect();
     merchants.sort_unstable();
     merchants.dedup();
     let mut endpoints: HashMap<String, Vec<(String, EnabledEvents)>> = HashMap::new();
     for (merchant_id, endpoint, enabled) in
-        webhook_endpoints::enabled_for_merchants(conn, &merchants)?
+        rows::insert_and_find_endpoints(conn, &rows, (&transactions, &entries), &merchants)?
     {
         endpoints
             .entry(merchant_id)

@@ -273,11 +273,15 @@ impl Posting {
 /// Records the movements, in the caller's transaction: one insert of the transactions, one
 /// of their entries. Call it after the guarded update that decided this caller makes the
 /// change. A movement already recorded for its object fails the caller's transaction
-/// (unique violation) instead of counting twice.
+/// (unique violation) instead of counting twice. (A group-commit batch of payments sends its
+/// movements with its events instead: [`crate::events::record_all`].)
 pub fn post(conn: &mut DbConnection, postings: &[Posting]) -> diesel::QueryResult<()> {
-    if postings.is_empty() {
-        return Ok(());
-    }
+    let (transactions, entries) = rows_of(postings);
+    rows::insert(conn, &transactions, &entries)
+}
+
+/// The rows that record `postings`: one transaction each, with its entries.
+pub fn rows_of(postings: &[Posting]) -> (Vec<TransactionRow>, Vec<EntryRow>) {
     let mut transactions = Vec::with_capacity(postings.len());
     let mut entries = Vec::with_capacity(postings.len() * 3);
     for posting in postings {
@@ -296,7 +300,7 @@ pub fn post(conn: &mut DbConnection, postings: &[Posting]) -> diesel::QueryResul
             created_at: posting.created_at,
         });
     }
-    rows::insert(conn, &transactions, &entries)
+    (transactions, entries)
 }
 
 /// What `payments-api ledger verify` found.

@@ -25,7 +25,7 @@ use crate::domain::{IdempotencyKey, LedgerPolicy, PaymentId, Timestamp, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
-use crate::ledger::{self, Posting};
+use crate::ledger::Posting;
 use crate::operations::{self, Called, Claimed, Lease, Operation};
 use crate::provider::{
     Charge, ChargeRequest, OutcomeUnknown, PROVIDER_REFUSED, ProviderError, ProviderStatus,
@@ -219,8 +219,7 @@ pub fn finish_recorded_all(
                 })
             })
             .collect();
-        events::record_all(conn, &events)?;
-        // A succeeded payment's money, captured as it succeeded, in the same transaction.
+        // A succeeded payment's money, captured as it succeeded, recorded with its event.
         let charges: Vec<Posting> = states
             .iter()
             .zip(&finished)
@@ -238,7 +237,7 @@ pub fn finish_recorded_all(
                 )
             })
             .collect();
-        ledger::post(conn, &charges)?;
+        events::record_all(conn, &events, &charges)?;
         Ok(finished)
     })
 }

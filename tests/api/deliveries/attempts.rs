@@ -391,7 +391,7 @@ async fn replay_finds_a_failed_delivery_behind_more_other_events_than_its_limit(
                             request: None,
                         })
                         .collect();
-                    events::record_all(conn, &batch)?;
+                    events::record_all(conn, &batch, &[])?;
                 }
                 Ok(())
             })
