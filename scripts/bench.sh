@@ -23,7 +23,8 @@ PG="postgres://postgres@127.0.0.1:5432"
 DB=payments_bench
 PORT="${BENCH_PORT:-18080}"
 KEY=sk_test_bench_key_00000000000000000001
-PSQL=(psql -q -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -U postgres)
+# (notices such as "database … does not exist, skipping" are not results)
+PSQL=(env PGOPTIONS=--client-min-messages=warning psql -q -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -U postgres)
 
 command -v pgbench >/dev/null || { echo "pgbench is needed (apt-get install postgresql-client)" >&2; exit 1; }
 pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start

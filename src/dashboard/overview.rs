@@ -145,14 +145,15 @@ fn last_30_days(conn: &mut DbConnection, merchant_id: &str) -> diesel::QueryResu
     let first = today - chrono::Duration::days(29);
     let end = today + chrono::Duration::days(1);
     // `date()` is the day of a timestamp on both backends; as text, `YYYY-MM-DD`.
+    const DAY_AND_STATUS: &str = "CAST(date(created_at) AS TEXT), status";
     let counts: Vec<(String, String, i64)> = payments::table
         .filter(payments::merchant_id.eq(merchant_id))
         .filter(payments::id.ge(PaymentId::first_at(first)))
         .filter(payments::id.lt(PaymentId::first_at(end)))
-        .group_by(sql::<Text>("CAST(date(created_at) AS TEXT), status"))
-        .select(sql::<(Text, Text, BigInt)>(
-            "CAST(date(created_at) AS TEXT), status, count(*)",
-        ))
+        .group_by(sql::<Text>(DAY_AND_STATUS))
+        .select(sql::<(Text, Text, BigInt)>(&format!(
+            "{DAY_AND_STATUS}, count(*)"
+        )))
         .load(conn)?;
     let mut days: Vec<Day> = (0..30)
         .map(|n| Day {
