@@ -54,9 +54,9 @@ super::insert::unnest_insert! {
     }
 }
 
-/// Inserts `rows` (none is an error: there is always an event to record) with the ledger's
-/// rows of the same changes (`transactions` and their `entries`, maybe none), and reads the
-/// enabled endpoints of `merchants` (see [`webhook_endpoints::enabled_for_merchants`]). One
+/// Inserts `rows` with the ledger's rows of the same changes (`transactions` and their
+/// `entries`, maybe none), and reads the enabled endpoints of `merchants` (see
+/// [`webhook_endpoints::enabled_for_merchants`]). One
 /// statement on PostgreSQL, prepared once per connection: a group-commit batch of finishes
 /// pays one round trip for what were three (each is a wake-up of both processes on a busy
 /// machine; docs/benchmark.md). One statement per write on SQLite.
@@ -68,7 +68,7 @@ pub fn insert_and_find_endpoints(
 ) -> QueryResult<Vec<(String, String, String)>> {
     use super::insert::Together;
     use super::ledger::{InsertEntries, InsertTransactions};
-    let endpoints = webhook_endpoints::enabled_for_merchants_query(merchants);
+    let endpoints = webhook_endpoints::enabled_for_merchants(merchants);
     match conn {
         DbConnection::Postgres(pg) if transactions.is_empty() => Together {
             writes: (InsertEvents::new(rows),),

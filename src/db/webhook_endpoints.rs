@@ -111,18 +111,10 @@ pub fn delete(conn: &mut DbConnection, merchant_id: &str, id: &str) -> QueryResu
 }
 
 /// `(merchant_id, id, enabled_events)` of these merchants' enabled endpoints, in one query:
-/// who gets the new events of a batch.
-pub fn enabled_for_merchants(
-    conn: &mut DbConnection,
-    merchant_ids: &[&str],
-) -> QueryResult<Vec<(String, String, String)>> {
-    enabled_for_merchants_query(merchant_ids).load(conn)
-}
-
-/// The query of [`enabled_for_merchants`], for a statement that sends it with other work
-/// (the events' insert of a group-commit batch, `db/events.rs`).
+/// who gets the new events of a batch. The query itself, so that a statement can send it
+/// with other work (the events' insert of a group-commit batch, `db/events.rs`).
 #[diesel::dsl::auto_type(no_type_alias)]
-pub fn enabled_for_merchants_query<'a>(merchant_ids: &'a [&'a str]) -> _ {
+pub fn enabled_for_merchants<'a>(merchant_ids: &'a [&'a str]) -> _ {
     let enabled: &'static str = ENABLED.as_str();
     webhook_endpoints::table
         .filter(webhook_endpoints::merchant_id.eq_any(merchant_ids))
