@@ -26,7 +26,7 @@ impl<'a> Visitor<'a> {
     pub(crate) fn new(app: &'a TestApp) -> Self {
         Self {
             app,
-            client: awc::Client::builder().disable_redirects().finish(),
+            client: crate::support::app::http_client(crate::support::app::Redirects::Show),
             cookie: None,
         }
     }

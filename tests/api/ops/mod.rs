@@ -65,9 +65,7 @@ impl Service {
             child,
             port: 0,
             lines,
-            client: awc::Client::builder()
-                .timeout(Duration::from_secs(60))
-                .finish(),
+            client: crate::support::app::test_client(),
             _database: database,
         };
         let listening = service.wait_for_line("payments-api listening").await;

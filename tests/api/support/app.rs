@@ -155,11 +155,32 @@ async fn start_instance(
     }
 }
 
+/// The tests' HTTP client.
 pub fn test_client() -> awc::Client {
-    awc::Client::builder()
+    http_client(Redirects::Follow)
+}
+
+pub enum Redirects {
+    Follow,
+    Show,
+}
+
+/// Every HTTP client of the tests is made here. It keeps an idle connection for 2 s at most,
+/// under the server's keep-alive (actix-web's default, 5 s), so a connection the server has
+/// closed is never taken from the pool for a new request: with awc's default of 15 s, a
+/// request sent after a long wait in a browser test failed with `Connect(Disconnected)`.
+pub fn http_client(redirects: Redirects) -> awc::Client {
+    let builder = awc::Client::builder()
         .timeout(Duration::from_secs(60))
-        .connector(awc::Connector::new().limit(1000))
-        .finish()
+        .connector(
+            awc::Connector::new()
+                .limit(1000)
+                .conn_keep_alive(Duration::from_secs(2)),
+        );
+    match redirects {
+        Redirects::Follow => builder.finish(),
+        Redirects::Show => builder.disable_redirects().finish(),
+    }
 }
 
 /// The service with `PROVIDER_URL` pointing at a provider that is not the simulator

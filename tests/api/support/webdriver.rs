@@ -64,9 +64,7 @@ impl Browser {
             .spawn()
             .expect("chromedriver starts");
         let base = format!("http://127.0.0.1:{port}");
-        let client = awc::Client::builder()
-            .timeout(Duration::from_secs(60))
-            .finish();
+        let client = super::app::test_client();
         let status = format!("{base}/status");
         wait_until(Duration::from_secs(20), "chromedriver is ready", || {
             let request = client.get(&status).send();
