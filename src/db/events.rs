@@ -56,10 +56,10 @@ super::insert::unnest_insert! {
 
 /// Inserts `rows` with the ledger's rows of the same changes (`transactions` and their
 /// `entries`, maybe none), and reads the enabled endpoints of `merchants` (see
-/// [`webhook_endpoints::enabled_for_merchants`]). One
-/// statement on PostgreSQL, prepared once per connection: a group-commit batch of finishes
-/// pays one round trip for what were three (each is a wake-up of both processes on a busy
-/// machine; docs/benchmark.md). One statement per write on SQLite.
+/// [`webhook_endpoints::enabled_for_merchants`]). One statement on PostgreSQL, prepared
+/// once per connection: a group-commit batch of finishes pays one round trip for what were
+/// three (each is a wake-up of both processes on a busy machine; docs/benchmark.md). One
+/// statement per write on SQLite.
 pub fn insert_and_find_endpoints(
     conn: &mut DbConnection,
     rows: &[NewEventRow<'_>],
@@ -70,11 +70,7 @@ pub fn insert_and_find_endpoints(
     use super::ledger::{InsertEntries, InsertTransactions};
     let endpoints = webhook_endpoints::enabled_for_merchants(merchants);
     match conn {
-        DbConnection::Postgres(pg) if transactions.is_empty() => Together {
-            writes: (InsertEvents::new(rows),),
-            last: endpoints,
-        }
-        .load(pg),
+        // No transactions (declines) insert no rows from empty arrays: one statement text.
         DbConnection::Postgres(pg) => Together {
             writes: (
                 InsertEvents::new(rows),

@@ -100,7 +100,7 @@ pub(crate) use insert_rows;
 pub(crate) use unnest_insert;
 
 /// `WITH w0 AS (<first write>), w1 AS (<second>), … <last>`: writes and the statement after
-/// them in one round trip (PostgreSQL). `writes` is a tuple of one to three statements. All
+/// them in one round trip (PostgreSQL). `writes` is a tuple of one or three statements. All
 /// run on one snapshot: `last` does not see the rows the writes make, and the constraints of
 /// all (foreign keys included) are checked when the statement ends, so rows that reference
 /// each other's may be inserted together. Each part keeps a static query id, so the whole is
@@ -146,7 +146,6 @@ macro_rules! writes_tuple {
 }
 
 writes_tuple!(A 0);
-writes_tuple!(A 0, B 1);
 writes_tuple!(A 0, B 1, C 2);
 
 impl<W: Writes, L: diesel::query_builder::QueryId> diesel::query_builder::QueryId
