@@ -22,7 +22,7 @@ macro_rules! unnest_insert {
     ) => {
         $(#[$meta])*
         pub struct $name<$lt> {
-            $($column: Vec<$rust>,)+
+            $($column: $crate::db::array::Column<$rust>,)+
         }
 
         impl<$lt> $name<$lt> {

@@ -3,6 +3,7 @@
 //! migrations in [`migrate`], the errors in [`error`]; [`Db`] runs queries off the HTTP
 //! workers.
 
+mod array;
 pub mod captures;
 pub mod dashboard_sessions;
 pub mod deliveries;

@@ -14,6 +14,7 @@ use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamp};
 use diesel::{QueryResult, RunQueryDsl};
 
 use super::row::PaymentRow;
+use crate::db::array::Column;
 
 super::super::insert::unnest_insert! {
     /// Group commit of claims: `INSERT … SELECT * FROM unnest(<one array per column>) ON
@@ -70,17 +71,17 @@ super::super::insert::unnest_insert! {
 /// from 3 700/s to 2 000/s in 30 s. Planned per call it reads each row by primary key, at
 /// the cost of one parse and plan per batch (no difference measured in throughput).
 pub struct FinishPayments<'a> {
-    id: Vec<&'a str>,
-    status: Vec<&'a str>,
-    provider_charge_id: Vec<Option<&'a str>>,
-    failure_code: Vec<Option<&'a str>>,
-    failure_message: Vec<Option<&'a str>>,
-    response_status: Vec<Option<i32>>,
-    response_body: Vec<Option<&'a str>>,
-    amount_capturable: Vec<i64>,
-    amount_captured: Vec<i64>,
-    authorized_at: Vec<Option<crate::domain::Timestamp>>,
-    updated_at: Vec<crate::domain::Timestamp>,
+    id: Column<&'a str>,
+    status: Column<&'a str>,
+    provider_charge_id: Column<Option<&'a str>>,
+    failure_code: Column<Option<&'a str>>,
+    failure_message: Column<Option<&'a str>>,
+    response_status: Column<Option<i32>>,
+    response_body: Column<Option<&'a str>>,
+    amount_capturable: Column<i64>,
+    amount_captured: Column<i64>,
+    authorized_at: Column<Option<crate::domain::Timestamp>>,
+    updated_at: Column<crate::domain::Timestamp>,
 }
 
 impl<'a> FinishPayments<'a> {
