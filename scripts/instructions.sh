@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Instructions per request in the service, counted by callgrind: new payments and replays
+# against PostgreSQL, from the load generator in a separate process. Unlike a rate on this
+# shared two-core machine, a count of instructions is the same from one run to the next
+# (within about 1 %), so it says whether a change to the service's own code made a request
+# cheaper. It counts only the service: PostgreSQL and the kernel are scripts/cpu-split.sh's.
+# Two things it counts differently from the CPU: valgrind's simulated CPU has no SHA
+# extensions, so SHA-256 runs its software path (several times the instructions of the real
+# one), and a `rep stos`/`rep movs` (glibc's memset and memcpy of large blocks) counts once
+# per iteration. Prints numbers; asserts nothing.
+# Usage: scripts/instructions.sh       (SECONDS_PER_RUN=15 CONNECTIONS=64 TOP=25 by default;
+#                                       BIN=path/to/payments-api to count another build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SECONDS_PER_RUN="${SECONDS_PER_RUN:-15}"
+CONNECTIONS="${CONNECTIONS:-64}"
+TOP="${TOP:-25}"
+PG="postgres://postgres@127.0.0.1:5432"
+DB=payments_instructions
+PORT="${BENCH_PORT:-18095}"
+KEY=sk_test_bench_key_00000000000000000001
+PSQL=(env PGOPTIONS=--client-min-messages=warning psql -q -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -U postgres)
+OUT="${TMPDIR:-/tmp}/payments-instructions"
+
+command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
+pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start
+pg_isready -q -h 127.0.0.1 -p 5432 -t 10
+cargo build --release --bins -q
+cargo bench --bench loadgen --no-run -q
+LOADGEN=$(ls -t target/release/deps/loadgen-* | grep -v '\.d$' | head -n 1)
+BIN="${BIN:-target/release/payments-api}"
+mkdir -p "$OUT"
+
+# count SCENARIO: the service under callgrind, warmed up, then SECONDS_PER_RUN of SCENARIO
+# counted; prints the requests, the instructions and their ratio, and keeps the profile.
+count() {
+  local scenario=$1 service result requests total
+  "${PSQL[@]}" -d postgres -c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB"
+  DATABASE_URL="$PG/$DB" "$BIN" migrate >/dev/null
+  rm -f "$OUT/$scenario".*
+  DATABASE_URL="$PG/$DB" BIND_ADDR="127.0.0.1:$PORT" BOOTSTRAP_API_KEY="$KEY" PROVIDER_LATENCY_MS=0 \
+    RUST_LOG=warn DATABASE_POOL_SIZE=16 \
+    valgrind --tool=callgrind --callgrind-out-file="$OUT/$scenario.%p" "$BIN" serve \
+    >"$OUT/$scenario.log" 2>&1 &
+  service=$!
+  for _ in $(seq 1 600); do curl -fsS "http://127.0.0.1:$PORT/health/ready" >/dev/null 2>&1 && break; sleep 0.2; done
+  # Warm-up: prepared statements, caches, the replays' keys; then only the run is counted.
+  "$LOADGEN" --key "$KEY" --url "http://127.0.0.1:$PORT" --scenario "$scenario" \
+    --connections "$CONNECTIONS" --seconds 5 >/dev/null
+  callgrind_control --zero "$service" >/dev/null 2>&1
+  result=$("$LOADGEN" --key "$KEY" --url "http://127.0.0.1:$PORT" --scenario "$scenario" \
+    --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN" | grep '^RESULT')
+  callgrind_control --dump=counted "$service" >/dev/null 2>&1
+  kill "$service"; wait "$service" 2>/dev/null || true
+  requests=$(echo "$result" | sed -n 's/.*requests=\([0-9]*\).*/\1/p')
+  total=$(sed -n 's/^summary: //p' "$OUT/$scenario.$service.1")
+  echo "$scenario: $requests requests, $total instructions: $(awk -v t="$total" -v n="$requests" 'BEGIN { printf "%.0f", (n > 0) ? t / n : 0 }') per request"
+  echo "   (under callgrind: $result)"
+  echo "   the $TOP functions of the most instructions, with what they call (per request):"
+  callgrind_annotate --auto=no --inclusive=yes "$OUT/$scenario.$service.1" 2>/dev/null \
+    | grep -E '^ *[0-9,]+ \( *[0-9.]+%\) ' | grep -E 'payments_api::|diesel::|actix_http::|serde_json::' \
+    | sed -E 's/^ *([0-9,]+) \( *[0-9.]+%\)  [^ ]*\.(rs|c|S):/\1 /; s/ \[[^]]*\]$//' \
+    | awk -v n="$requests" -v top="$TOP" '{ count = $1; gsub(",", "", count); $1 = "" }
+        !seen[$0]++ && shown++ < top { printf "   %8.0f %s\n", count / n, substr($0, 1, 110) }'
+  echo "   profile: $OUT/$scenario.$service.1 (callgrind_annotate)"
+}
+
+echo "== instructions per request in the service, $CONNECTIONS connections, ${SECONDS_PER_RUN}s counted"
+count new
+count replay
