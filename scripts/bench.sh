@@ -19,16 +19,12 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_RUN="${SECONDS_PER_RUN:-10}"
 CONNECTIONS="${CONNECTIONS:-64}"
 RUNS="${RUNS:-3}"
-PG="postgres://postgres@127.0.0.1:5432"
 DB=payments_bench
 PORT="${BENCH_PORT:-18080}"
-KEY=sk_test_bench_key_00000000000000000001
-# (notices such as "database … does not exist, skipping" are not results)
-PSQL=(env PGOPTIONS=--client-min-messages=warning psql -q -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -U postgres)
+source scripts/lib/bench.sh
 
 command -v pgbench >/dev/null || { echo "pgbench is needed (apt-get install postgresql-client)" >&2; exit 1; }
-pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start
-pg_isready -q -h 127.0.0.1 -p 5432 -t 10
+postgres_up
 
 # Linux's autogroup shares the CPU between sessions before threads: PostgreSQL's backends (the
 # server's session) would get no more CPU than this script's session (the service and the load
@@ -48,12 +44,8 @@ if [ -r "$AUTOGROUP" ]; then
 fi
 
 echo "== building (release)"
-cargo build --release --bins -q
-cargo bench --bench loadgen --no-run -q 2>/dev/null || cargo bench --bench loadgen --no-run
-LOADGEN=(cargo bench -q --bench loadgen --)
-
-"${PSQL[@]}" -d postgres -c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB"
-DATABASE_URL="$PG/$DB" target/release/payments-api migrate >/dev/null
+build_release
+fresh_database "$DB"
 
 PIDS=()
 # start_service PORT LATENCY_MS: one instance, in the background; waits until it is ready.
@@ -62,7 +54,7 @@ start_service() {
     PROVIDER_LATENCY_MS="$2" RUST_LOG=warn DATABASE_POOL_SIZE="${POOL_SIZE:-16}" \
     target/release/payments-api serve >>/tmp/payments-bench-service.log 2>&1 &
   PIDS+=($!)
-  for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$1/health/ready" >/dev/null 2>&1 && return; sleep 0.1; done
+  wait_ready "$1" && return
   echo "the service did not start" >&2; cat /tmp/payments-bench-service.log >&2; exit 1
 }
 # Stops every instance, printing the peak RSS of each and remembering the highest.
@@ -118,8 +110,7 @@ start_service "$PORT" 0
 # of the service and its ANALYZE).
 NAIVE_DB="${DB}_naive"
 naive_limit() {
-  "${PSQL[@]}" -d postgres -c "DROP DATABASE IF EXISTS $NAIVE_DB" -c "CREATE DATABASE $NAIVE_DB" 2>/dev/null
-  DATABASE_URL="$PG/$NAIVE_DB" target/release/payments-api migrate >/dev/null
+  fresh_database "$NAIVE_DB"
   "${PSQL[@]}" -d "$NAIVE_DB" -c "INSERT INTO merchants (id, name, created_at) VALUES ('mer_bench', 'bench', now())" -c "CHECKPOINT" >/dev/null
   pgbench_tps scripts/pgbench/new_payment_naive.sql "$NAIVE_DB"
 }

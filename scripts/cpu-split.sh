@@ -2,34 +2,28 @@
 # Where the time of a new payment goes on this machine: new payments (one merchant, 64
 # connections, in-process provider at zero latency) against PostgreSQL, with the CPU time the
 # service, PostgreSQL and the load generator each spent, per payment, and (where `perf` works)
-# what PostgreSQL spent its share on. Prints numbers; asserts nothing.
+# what PostgreSQL spent its share on; the WAL each payment wrote. Prints numbers; asserts
+# nothing.
 # Usage: scripts/cpu-split.sh            (SECONDS_PER_RUN=10 RUNS=2 PROFILE=1 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SECONDS_PER_RUN="${SECONDS_PER_RUN:-10}"
 RUNS="${RUNS:-2}"
-PG="postgres://postgres@127.0.0.1:5432"
 DB=payments_cpu_split
 PORT="${BENCH_PORT:-18090}"
-KEY=sk_test_bench_key_00000000000000000001
-PSQL=(psql -q -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -U postgres)
+source scripts/lib/bench.sh
 TICK=$(getconf CLK_TCK)
 
-pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start
-pg_isready -q -h 127.0.0.1 -p 5432 -t 10
-cargo build --release --bins -q
-cargo bench --bench loadgen --no-run -q
-LOADGEN=$(ls -t target/release/deps/loadgen-* | grep -v '\.d$' | head -n 1)
-
-"${PSQL[@]}" -d postgres -c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" 2>/dev/null
-DATABASE_URL="$PG/$DB" target/release/payments-api migrate >/dev/null
+postgres_up
+build_release
+fresh_database "$DB"
 
 DATABASE_URL="$PG/$DB" BIND_ADDR="127.0.0.1:$PORT" BOOTSTRAP_API_KEY="$KEY" PROVIDER_LATENCY_MS=0 \
   RUST_LOG=warn DATABASE_POOL_SIZE=16 target/release/payments-api serve >/tmp/payments-cpu-split.log 2>&1 &
 SERVICE=$!
 trap 'kill $SERVICE 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$PORT/health/ready" >/dev/null 2>&1 && break; sleep 0.1; done
+wait_ready "$PORT" || { echo "the service did not start" >&2; cat /tmp/payments-cpu-split.log >&2; exit 1; }
 
 # user + system CPU ticks of the given processes (those still alive)
 ticks() { local t=0 p; for p in "$@"; do [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
@@ -42,16 +36,19 @@ echo "== new payments, 64 connections, ${SECONDS_PER_RUN}s per run; CPU per paym
 for run in $(seq 1 "$RUNS"); do
   postgres=$(pgrep -d ' ' -x postgres || true)
   s0=$(ticks "$SERVICE"); p0=$(ticks $postgres); m0=$(machine)
+  w0=$("${PSQL[@]}" -d "$DB" -At -c "SELECT pg_current_wal_lsn()")
   "$LOADGEN" --key "$KEY" --url "http://127.0.0.1:$PORT" --scenario new --connections 64 \
     --seconds "$SECONDS_PER_RUN" >/tmp/payments-cpu-split.out &
   generator=$!
   # The generator's ticks, read until it exits (an exited process has none to read).
   g=0; while kill -0 "$generator" 2>/dev/null; do g=$(ticks "$generator"); sleep 0.2; done
   s1=$(ticks "$SERVICE"); p1=$(ticks $postgres); m1=$(machine)
+  wal=$("${PSQL[@]}" -d "$DB" -At -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$w0')")
   result=$(grep '^RESULT' /tmp/payments-cpu-split.out)
   n=$(echo "$result" | sed -n 's/.*requests=\([0-9]*\).*/\1/p')
   echo "$result"
   echo "   service $(per_payment $((s1 - s0)) "$n") µs, PostgreSQL $(per_payment $((p1 - p0)) "$n") µs, load generator $(per_payment "$g" "$n") µs, the machine busy $(per_payment $((m1 - m0)) "$n") µs (the rest: the kernel's network work, other processes)"
+  echo "   WAL written per payment: $(awk -v w="$wal" -v n="$n" 'BEGIN { printf "%.0f", (n > 0) ? w / n : 0 }') bytes"
 done
 "${PSQL[@]}" -d "$DB" -At -c "SELECT 'rows per payment: ' || string_agg(relname || ' ' || round(n_tup_ins::numeric / greatest(1, (SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'payments')), 2) || ' inserted', ', ' ORDER BY relname) FROM pg_stat_user_tables WHERE n_tup_ins > 100"
 "${PSQL[@]}" -d "$DB" -At -c "SELECT 'index entries written per payment (inserts and non-HOT updates): ' || round(sum((t.n_tup_ins + t.n_tup_upd - t.n_tup_hot_upd) * i.indexes)::numeric / greatest(1, max(CASE WHEN t.relname = 'payments' THEN t.n_tup_ins END)), 1) FROM pg_stat_user_tables t JOIN (SELECT indrelid, count(*) AS indexes FROM pg_index GROUP BY indrelid) i ON i.indrelid = t.relid"

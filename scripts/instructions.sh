@@ -16,19 +16,14 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_RUN="${SECONDS_PER_RUN:-15}"
 CONNECTIONS="${CONNECTIONS:-64}"
 TOP="${TOP:-25}"
-PG="postgres://postgres@127.0.0.1:5432"
 DB=payments_instructions
 PORT="${BENCH_PORT:-18095}"
-KEY=sk_test_bench_key_00000000000000000001
-PSQL=(env PGOPTIONS=--client-min-messages=warning psql -q -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -U postgres)
+source scripts/lib/bench.sh
 OUT="${TMPDIR:-/tmp}/payments-instructions"
 
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
-pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start
-pg_isready -q -h 127.0.0.1 -p 5432 -t 10
-cargo build --release --bins -q
-cargo bench --bench loadgen --no-run -q
-LOADGEN=$(ls -t target/release/deps/loadgen-* | grep -v '\.d$' | head -n 1)
+postgres_up
+build_release
 BIN="${BIN:-target/release/payments-api}"
 mkdir -p "$OUT"
 
@@ -36,15 +31,14 @@ mkdir -p "$OUT"
 # counted; prints the requests, the instructions and their ratio, and keeps the profile.
 count() {
   local scenario=$1 service result requests total
-  "${PSQL[@]}" -d postgres -c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB"
-  DATABASE_URL="$PG/$DB" "$BIN" migrate >/dev/null
+  fresh_database "$DB" "$BIN"
   rm -f "$OUT/$scenario".*
   DATABASE_URL="$PG/$DB" BIND_ADDR="127.0.0.1:$PORT" BOOTSTRAP_API_KEY="$KEY" PROVIDER_LATENCY_MS=0 \
     RUST_LOG=warn DATABASE_POOL_SIZE=16 \
     valgrind --tool=callgrind --callgrind-out-file="$OUT/$scenario.%p" "$BIN" serve \
     >"$OUT/$scenario.log" 2>&1 &
   service=$!
-  for _ in $(seq 1 600); do curl -fsS "http://127.0.0.1:$PORT/health/ready" >/dev/null 2>&1 && break; sleep 0.2; done
+  wait_ready "$PORT" 120 || { echo "the service did not start under valgrind" >&2; cat "$OUT/$scenario.log" >&2; exit 1; }
   # Warm-up: prepared statements, caches, the replays' keys; then only the run is counted.
   "$LOADGEN" --key "$KEY" --url "http://127.0.0.1:$PORT" --scenario "$scenario" \
     --connections "$CONNECTIONS" --seconds 5 >/dev/null

@@ -1,0 +1,38 @@
+# shellcheck shell=bash
+# Shared by scripts/bench.sh, scripts/cpu-split.sh and scripts/instructions.sh: sourced, not
+# run, from the repository's root. The measured service talks to the local PostgreSQL, with
+# the bootstrap key below, and the load generator is benches/loadgen.rs.
+
+PG="postgres://postgres@127.0.0.1:5432"
+KEY=sk_test_bench_key_00000000000000000001
+# (notices such as "database … does not exist, skipping" are not results)
+PSQL=(env PGOPTIONS=--client-min-messages=warning psql -q -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -U postgres)
+
+# Starts the local cluster if PostgreSQL does not answer; fails if it still does not.
+postgres_up() {
+  pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start
+  pg_isready -q -h 127.0.0.1 -p 5432 -t 10
+}
+
+# Builds the release binaries and the load generator; sets LOADGEN to the generator's path.
+build_release() {
+  cargo build --release --bins -q
+  cargo bench --bench loadgen --no-run -q 2>/dev/null || cargo bench --bench loadgen --no-run
+  LOADGEN=$(ls -t target/release/deps/loadgen-* | grep -v '\.d$' | head -n 1)
+}
+
+# fresh_database DB [BIN]: DB dropped, created and migrated (by BIN, the release build if none).
+fresh_database() {
+  "${PSQL[@]}" -d postgres -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1"
+  DATABASE_URL="$PG/$1" "${2:-target/release/payments-api}" migrate >/dev/null
+}
+
+# wait_ready PORT [SECONDS]: until the service on PORT is ready (10 s at most by default).
+wait_ready() {
+  local tries=$(( ${2:-10} * 10 ))
+  for _ in $(seq 1 "$tries"); do
+    curl -fsS "http://127.0.0.1:$1/health/ready" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  return 1
+}
