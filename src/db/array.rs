@@ -49,27 +49,23 @@ impl Element<Text> for &str {
     }
 }
 
-impl Element<BigInt> for i64 {
-    fn size(&self) -> Option<usize> {
-        Some(8)
-    }
+/// Integers: their bytes, most significant first.
+macro_rules! big_endian {
+    ($($sql:ty: $rust:ty),+) => {$(
+        impl Element<$sql> for $rust {
+            fn size(&self) -> Option<usize> {
+                Some(std::mem::size_of::<$rust>())
+            }
 
-    fn write(&self, out: &mut Vec<u8>) -> serialize::Result {
-        out.extend_from_slice(&self.to_be_bytes());
-        Ok(IsNull::No)
-    }
+            fn write(&self, out: &mut Vec<u8>) -> serialize::Result {
+                out.extend_from_slice(&self.to_be_bytes());
+                Ok(IsNull::No)
+            }
+        }
+    )+};
 }
 
-impl Element<Integer> for i32 {
-    fn size(&self) -> Option<usize> {
-        Some(4)
-    }
-
-    fn write(&self, out: &mut Vec<u8>) -> serialize::Result {
-        out.extend_from_slice(&self.to_be_bytes());
-        Ok(IsNull::No)
-    }
-}
+big_endian!(BigInt: i64, Integer: i32);
 
 /// Microseconds since PostgreSQL's epoch, 2000-01-01 00:00:00 (diesel's encoding).
 impl Element<Timestamp> for NaiveDateTime {
