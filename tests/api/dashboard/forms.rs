@@ -536,9 +536,17 @@ async fn wrong_keys_are_rate_limited_like_the_api() {
     let app = crate::support::spawn_app_with(|s| s.rate_limit_per_second = Some(3)).await;
     let visitor = Visitor::new(&app);
     let wrong = [("api_key", "sk_test_guess_000000000000000000")];
+    let started = std::time::Instant::now();
     let answers = join_all((0..12).map(|_| visitor.post("/dashboard/sign-in", &wrong))).await;
+    // Three wrong keys pass per second of the clock: a burst that straddles a second's end
+    // meets two such windows, more on a slow machine (CI once took 6 of 12 across two).
+    let windows = started.elapsed().as_secs() as usize + 2;
     let limited = answers.iter().filter(|a| a.status == 429).count();
-    assert!(limited >= 8, "{limited} of 12 limited");
+    let passed = answers.len() - limited;
+    assert!(
+        limited >= 1 && passed <= 3 * windows,
+        "{passed} of 12 passed in {windows} windows of a second"
+    );
     assert!(answers.iter().all(|a| a.status == 401 || a.status == 429));
     let one = answers.iter().find(|a| a.status == 429).unwrap();
     assert_eq!(one.header("retry-after"), Some("1"));
