@@ -50,10 +50,8 @@ fresh_database "$DB"
 PIDS=()
 # start_service PORT LATENCY_MS: one instance, in the background; waits until it is ready.
 start_service() {
-  DATABASE_URL="$PG/$DB" BIND_ADDR="127.0.0.1:$1" BOOTSTRAP_API_KEY="$KEY" \
-    PROVIDER_LATENCY_MS="$2" RUST_LOG=warn DATABASE_POOL_SIZE="${POOL_SIZE:-16}" \
-    target/release/payments-api serve >>/tmp/payments-bench-service.log 2>&1 &
-  PIDS+=($!)
+  serve_measured "$DB" "$1" "$2" /tmp/payments-bench-service.log
+  PIDS+=("$SERVICE")
   wait_ready "$1" && return
   echo "the service did not start" >&2; cat /tmp/payments-bench-service.log >&2; exit 1
 }

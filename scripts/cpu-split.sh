@@ -19,9 +19,8 @@ postgres_up
 build_release
 fresh_database "$DB"
 
-DATABASE_URL="$PG/$DB" BIND_ADDR="127.0.0.1:$PORT" BOOTSTRAP_API_KEY="$KEY" PROVIDER_LATENCY_MS=0 \
-  RUST_LOG=warn DATABASE_POOL_SIZE=16 target/release/payments-api serve >/tmp/payments-cpu-split.log 2>&1 &
-SERVICE=$!
+: >/tmp/payments-cpu-split.log
+serve_measured "$DB" "$PORT" 0 /tmp/payments-cpu-split.log
 trap 'kill $SERVICE 2>/dev/null || true' EXIT
 wait_ready "$PORT" || { echo "the service did not start" >&2; cat /tmp/payments-cpu-split.log >&2; exit 1; }
 

@@ -24,20 +24,17 @@ OUT="${TMPDIR:-/tmp}/payments-instructions"
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
 postgres_up
 build_release
-BIN="${BIN:-target/release/payments-api}"
 mkdir -p "$OUT"
 
 # count SCENARIO: the service under callgrind, warmed up, then SECONDS_PER_RUN of SCENARIO
 # counted; prints the requests, the instructions and their ratio, and keeps the profile.
 count() {
   local scenario=$1 service result requests total
-  fresh_database "$DB" "$BIN"
+  fresh_database "$DB"
   rm -f "$OUT/$scenario".*
-  DATABASE_URL="$PG/$DB" BIND_ADDR="127.0.0.1:$PORT" BOOTSTRAP_API_KEY="$KEY" PROVIDER_LATENCY_MS=0 \
-    RUST_LOG=warn DATABASE_POOL_SIZE=16 \
-    valgrind --tool=callgrind --callgrind-out-file="$OUT/$scenario.%p" "$BIN" serve \
-    >"$OUT/$scenario.log" 2>&1 &
-  service=$!
+  serve_measured "$DB" "$PORT" 0 "$OUT/$scenario.log" \
+    valgrind --tool=callgrind --callgrind-out-file="$OUT/$scenario.%p"
+  service=$SERVICE
   wait_ready "$PORT" 120 || { echo "the service did not start under valgrind" >&2; cat "$OUT/$scenario.log" >&2; exit 1; }
   # Warm-up: prepared statements, caches, the replays' keys; then only the run is counted.
   "$LOADGEN" --key "$KEY" --url "http://127.0.0.1:$PORT" --scenario "$scenario" \

@@ -21,10 +21,25 @@ build_release() {
   LOADGEN=$(ls -t target/release/deps/loadgen-* | grep -v '\.d$' | head -n 1)
 }
 
-# fresh_database DB [BIN]: DB dropped, created and migrated (by BIN, the release build if none).
+# The binary measured: $BIN if set, else the release build.
+service_binary() { echo "${BIN:-target/release/payments-api}"; }
+
+# fresh_database DB: DB dropped, created and migrated.
 fresh_database() {
   "${PSQL[@]}" -d postgres -c "DROP DATABASE IF EXISTS $1" -c "CREATE DATABASE $1"
-  DATABASE_URL="$PG/$1" "${2:-target/release/payments-api}" migrate >/dev/null
+  DATABASE_URL="$PG/$1" "$(service_binary)" migrate >/dev/null
+}
+
+# serve_measured DB PORT LATENCY_MS LOG [WRAPPER...]: the service on DB and PORT with its
+# in-process provider at LATENCY_MS, in the background (under WRAPPER if given, e.g.
+# valgrind), its output appended to LOG; SERVICE is its pid.
+serve_measured() {
+  local db=$1 port=$2 latency=$3 log=$4
+  shift 4
+  DATABASE_URL="$PG/$db" BIND_ADDR="127.0.0.1:$port" BOOTSTRAP_API_KEY="$KEY" \
+    PROVIDER_LATENCY_MS="$latency" RUST_LOG=warn DATABASE_POOL_SIZE="${POOL_SIZE:-16}" \
+    "$@" "$(service_binary)" serve >>"$log" 2>&1 &
+  SERVICE=$!
 }
 
 # wait_ready PORT [SECONDS]: until the service on PORT is ready (10 s at most by default).

@@ -30,12 +30,15 @@ impl<T> FromIterator<T> for Column<T> {
     }
 }
 
+/// What writing an element can fail with (a timestamp too far from 2000).
+type Written = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
 /// A value PostgreSQL reads as an `ST` in binary format.
 pub trait Element<ST> {
     /// Its size in bytes, or `None` for NULL.
     fn size(&self) -> Option<usize>;
     /// Appends exactly [`Element::size`] bytes (nothing for NULL).
-    fn write(&self, out: &mut Vec<u8>) -> serialize::Result;
+    fn write(&self, out: &mut Vec<u8>) -> Written;
 }
 
 impl Element<Text> for &str {
@@ -43,9 +46,9 @@ impl Element<Text> for &str {
         Some(self.len())
     }
 
-    fn write(&self, out: &mut Vec<u8>) -> serialize::Result {
+    fn write(&self, out: &mut Vec<u8>) -> Written {
         out.extend_from_slice(self.as_bytes());
-        Ok(IsNull::No)
+        Ok(())
     }
 }
 
@@ -57,9 +60,9 @@ macro_rules! big_endian {
                 Some(std::mem::size_of::<$rust>())
             }
 
-            fn write(&self, out: &mut Vec<u8>) -> serialize::Result {
+            fn write(&self, out: &mut Vec<u8>) -> Written {
                 out.extend_from_slice(&self.to_be_bytes());
-                Ok(IsNull::No)
+                Ok(())
             }
         }
     )+};
@@ -73,7 +76,7 @@ impl Element<Timestamp> for NaiveDateTime {
         Some(8)
     }
 
-    fn write(&self, out: &mut Vec<u8>) -> serialize::Result {
+    fn write(&self, out: &mut Vec<u8>) -> Written {
         let epoch = chrono::NaiveDate::from_ymd_opt(2000, 1, 1)
             .and_then(|day| day.and_hms_opt(0, 0, 0))
             .ok_or("PostgreSQL's epoch is a date")?;
@@ -81,7 +84,7 @@ impl Element<Timestamp> for NaiveDateTime {
             .num_microseconds()
             .ok_or("timestamp too far from the year 2000 to send")?;
         out.extend_from_slice(&micros.to_be_bytes());
-        Ok(IsNull::No)
+        Ok(())
     }
 }
 
@@ -90,10 +93,10 @@ impl<ST, T: Element<ST>> Element<Nullable<ST>> for Option<T> {
         self.as_ref().and_then(Element::size)
     }
 
-    fn write(&self, out: &mut Vec<u8>) -> serialize::Result {
+    fn write(&self, out: &mut Vec<u8>) -> Written {
         match self {
             Some(value) => value.write(out),
-            None => Ok(IsNull::Yes),
+            None => Ok(()),
         }
     }
 }
