@@ -8,9 +8,10 @@
 #   after a pgbench run of the replay's lookup (three runs each: median and spread),
 #   a storm of identical requests, new payments with the provider at 200 ms and 1 000
 #   connections, a storm of 10 000 identical requests over three instances, and new
-#   payments with 1 000 000 payments already stored. Peak RSS of the service throughout, and
-#   of the service alone (provider-sim out of process) in a run of new payments; the storm's
-#   balance transactions and `ledger verify` of the sitting's database at the end.
+#   payments with 1 000 000 payments already stored, in turn with a new database
+#   (scripts/table-size.sh). Peak RSS of the service throughout, and of the service alone
+#   (provider-sim out of process) in a run of new payments; the storm's balance
+#   transactions and `ledger verify` of the sitting's database at the end.
 # Usage: scripts/bench.sh            (SECONDS_PER_RUN=10 CONNECTIONS=64 by default;
 #                                     SLOW_CONNECTIONS=10000 for the slow provider at 10 000)
 set -euo pipefail
@@ -179,14 +180,15 @@ STORM_ROWS=$("${PSQL[@]}" -d "$DB" -tAc "SELECT count(*) FROM payments WHERE ide
 STORM_TXNS=$("${PSQL[@]}" -d "$DB" -tAc "SELECT count(*) FROM balance_transactions t JOIN payments p ON p.id = t.source_id WHERE p.idempotency_key LIKE 'storm-%'")
 stop_services
 
-echo "== preload: 1 000 000 payments"
-"${PSQL[@]}" -d "$DB" -c "INSERT INTO payments (id, merchant_id, idempotency_key, request_fingerprint, amount, currency, payment_method, metadata, status, amount_refunded, response_status, response_body, provider_attempts, created_at, updated_at)
-  SELECT 'pay_' || md5(n::text), 'mer_bench', 'preload-' || n, 'fp', 2000, 'usd', 'pm_card_visa', '{}', 'succeeded', 0, 201, repeat('x', 400), 1, now(), now() FROM generate_series(1, 1000000) n"
-"${PSQL[@]}" -d "$DB" -c "VACUUM ANALYZE payments"
-flush_wal
-start_service "$PORT" 0
-NEW_1M=$(loadgen --url "http://127.0.0.1:$PORT" --scenario new --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN")
-stop_services
+# New payments on a database that holds 1 000 000 payments with all their rows, made through
+# the service, measured in turn with runs on a new database (scripts/table-size.sh).
+echo "== new payments with 1 000 000 payments stored, in turn with a new database (scripts/table-size.sh)"
+SIZE_LOG=/tmp/payments-bench-size.log
+RUNS="$RUNS" SECONDS_PER_RUN="$SECONDS_PER_RUN" CONNECTIONS="$CONNECTIONS" BENCH_PORT=$((PORT + 20)) \
+  scripts/table-size.sh | tee "$SIZE_LOG"
+SIZE_RATIOS=$(sed -n 's/^stored\/new per pair: //p' "$SIZE_LOG")
+SIZE_RSS=$(sed -n 's/^peak RSS (MiB) of the two instances: //p' "$SIZE_LOG")
+for rss in $SIZE_RSS; do PEAK_RSS=$(awk -v a="$PEAK_RSS" -v b="$rss" 'BEGIN { print (b > a) ? b : a }'); done
 # Its last line either way: a violation is reported in the summary, not by a silent exit.
 LEDGER=$(DATABASE_URL="$PG/$DB" target/release/payments-api ledger verify 2>&1 | tail -n 1 || true)
 
@@ -197,7 +199,7 @@ limit_naive=$(printf '%s\n' "${LIMIT_NAIVE[@]}" | median)
 spread_rps=$(for l in "${SPREAD[@]}"; do echo "$l" | field rps; done | median)
 limit_batched=$(printf '%s\n' "${LIMIT_BATCHED[@]}" | median)
 limit_lookup=$(printf '%s\n' "${LIMIT_LOOKUP[@]}" | median)
-slow_rps=$(echo "$SLOW" | field rps); new_1m_rps=$(echo "$NEW_1M" | field rps)
+slow_rps=$(echo "$SLOW" | field rps)
 cat <<SUMMARY
 
 == summary ($(date -u +%F), $(nproc) cores, $(uname -m), $SCHEDULING)
@@ -212,10 +214,10 @@ replay    : $(for l in "${REPLAY[@]}"; do echo "$l" | field rps; done | stats) r
 storm     : $(echo "$STORM" | sed 's/^RESULT //' | tr '\n' ' ') provider charges: $STORM_CHARGES
 slow      : $(echo "$SLOW" | sed 's/^RESULT //')
 storm x3  : $(echo "$STORM3" | sed 's/^RESULT //' | tr '\n' ' ') provider charges: $STORM3_CHARGES, rows for storm keys: $STORM_ROWS, their balance transactions: $STORM_TXNS (2 storms: target 2 and 2)
-new @1M   : $(echo "$NEW_1M" | sed 's/^RESULT //')
+new @1M   : stored/new per pair: $SIZE_RATIOS (its runs: $SIZE_LOG)
 ledger    : new (one merchant)/new over 100 merchants $(ratio "$new_rps" "$spread_rps") (target >= 0.9), new/naive limit $(ratio "$new_rps" "$limit_naive") (target >= 1.5; each run over the naive run just before it: $(printf '%s\n' "${NEW_PAIRS[@]}" | paste -sd' '))
 ratios    : new/two-transaction limit $(ratio "$new_rps" "$limit_new") (target >= 1.0), new/batched limit $(ratio "$new_rps" "$limit_batched"), replay/lookup limit $(ratio "$replay_rps" "$limit_lookup") (target >= 1.0; each run over the lookup run just before it: $(printf '%s\n' "${REPLAY_PAIRS[@]}" | paste -sd' '))
-            slow($SLOW_MS ms, $SLOW_CONNECTIONS conn)/new $(ratio "$slow_rps" "$new_rps") (target >= 0.8; $SLOW_CONNECTIONS connections at $SLOW_MS ms allow at most $SLOW_CEILING/s: $(ratio "$slow_rps" "$SLOW_CEILING") of that), new@1M/new $(ratio "$new_1m_rps" "$new_rps") (target >= 0.9)
+            slow($SLOW_MS ms, $SLOW_CONNECTIONS conn)/new $(ratio "$slow_rps" "$new_rps") (target >= 0.8; $SLOW_CONNECTIONS connections at $SLOW_MS ms allow at most $SLOW_CEILING/s: $(ratio "$slow_rps" "$SLOW_CEILING") of that), new@1M/new ${SIZE_RATIOS##* } (target >= 0.9; in turn with a new database)
 peak RSS  : ${PEAK_RSS} MiB, the highest of every instance over every scenario (target <= 64 MiB)
 alone     : $(echo "$ALONE" | sed 's/^RESULT //'); peak RSS of the service $ALONE_RSS MiB, of provider-sim $SIM_RSS MiB
 ledger    : $LEDGER
