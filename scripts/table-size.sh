@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Does a new payment slow down as the database grows? Two services, one on a new database
 # and one on a database that holds ROWS payments of the same merchant, made through the
-# service (with their events, balance transactions and ledger entries),
-# measured in turn (new payments, 64 connections, in-process provider at zero latency), so
-# that the host's drift falls on both alike. Per run: the rate, the p99, and per payment the
-# WAL written, its full-page images, and the blocks PostgreSQL found in its shared buffers
-# or had to read. Prints numbers; asserts nothing.
+# service (with their events, balance transactions and ledger entries), measured in turn
+# (new payments, 64 connections, in-process provider at zero latency), so that the host's
+# drift falls on both alike. Per run: the rate, the p99, and per payment the WAL written, its
+# full-page images, and the blocks PostgreSQL found in its shared buffers or had to read.
+# Prints numbers; asserts nothing.
 # Usage: scripts/table-size.sh         (ROWS=1000000 RUNS=3 SECONDS_PER_RUN=10 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +69,7 @@ run() {
   FROM_LSN=$("${PSQL[@]}" -d "$db" -At -c "SELECT pg_current_wal_lsn()")
   result=$("$LOADGEN" --key "$key" --url "http://127.0.0.1:$port" --scenario new \
     --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN" | grep '^RESULT')
-  sleep 1 # the statistics collector's last report
+  sleep 1 # the backends report their statistics at most once a second
   after=$(counters "$db")
   TO_LSN=$("${PSQL[@]}" -d "$db" -At -c "SELECT pg_current_wal_lsn()")
   n=$(echo "$result" | sed -n 's/.*requests=\([0-9]*\).*/\1/p')
