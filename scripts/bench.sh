@@ -53,17 +53,18 @@ PIDS=()
 start_service() {
   serve_measured "$DB" "$1" "$2" /tmp/payments-bench-service.log
   PIDS+=("$SERVICE")
-  wait_ready "$1" && return
-  echo "the service did not start" >&2; cat /tmp/payments-bench-service.log >&2; exit 1
+  wait_ready "$1" /tmp/payments-bench-service.log
 }
-# Stops every instance, printing the peak RSS of each and remembering the highest.
+# The highest peak RSS of the sitting's measured instances; raise_peak RSS keeps the higher.
 PEAK_RSS=0
+raise_peak() { PEAK_RSS=$(awk -v a="$PEAK_RSS" -v b="$1" 'BEGIN { print (b > a) ? b : a }'); }
+# Stops every instance, printing the peak RSS of each and remembering the highest.
 stop_services() {
   local peaks=""
   for pid in "${PIDS[@]}"; do
-    rss=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$pid/status" 2>/dev/null || echo 0)
+    rss=$(peak_rss "$pid")
     peaks="$peaks $rss"
-    PEAK_RSS=$(awk -v a="$PEAK_RSS" -v b="$rss" 'BEGIN { print (b > a) ? b : a }')
+    raise_peak "$rss"
     kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
   done
   [ -n "$peaks" ] && echo "   peak RSS (MiB) of the instance(s) of this scenario:$peaks"
@@ -74,12 +75,9 @@ finish() {
   if [ "${RESTORE_AUTOGROUP:-0}" = 1 ]; then echo 1 >"$AUTOGROUP"; fi
 }
 trap finish EXIT
-field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | head -n 1; }
 loadgen() { "${LOADGEN[@]}" --key "$KEY" "$@" | grep '^RESULT'; }
 # median and spread ((max - min) / median) of numbers on stdin
 stats() { sort -g | awk '{ v[NR] = $1 } END { m = v[int((NR + 1) / 2)]; printf "median %.0f, spread %.1f%% (%s runs: %s)", m, (m > 0 ? 100 * (v[NR] - v[1]) / m : 0), NR, join(v, NR) } function join(a, n,   s, i) { for (i = 1; i <= n; i++) s = s (i > 1 ? " / " : "") sprintf("%.0f", a[i]); return s }'; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 charges_at() { curl -fsS "http://127.0.0.1:$1/metrics" | awk '/^provider_calls_total\{operation="charge"/ {s += $2} END {print s + 0}'; }
 mean_batch() { curl -fsS "http://127.0.0.1:$PORT/metrics" | awk -v s="$1" '$0 ~ "^db_group_commit_batch_size_sum\\{statement=\"" s "\"" {sum = $2} $0 ~ "^db_group_commit_batch_size_count\\{statement=\"" s "\"" {n = $2} END { if (n > 0) printf "%.1f", sum / n; else print "n/a" }'; }
 
@@ -155,8 +153,8 @@ SIM_PID=$!
 for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$SIM_PORT/v1/charges?limit=1" >/dev/null 2>&1 && break; sleep 0.1; done
 PROVIDER_URL="http://127.0.0.1:$SIM_PORT" start_service "$PORT" 0
 ALONE=$(loadgen --url "http://127.0.0.1:$PORT" --scenario new --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN"); echo "$ALONE"
-ALONE_RSS=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/${PIDS[0]}/status")
-SIM_RSS=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$SIM_PID/status")
+ALONE_RSS=$(peak_rss "${PIDS[0]}")
+SIM_RSS=$(peak_rss "$SIM_PID")
 stop_services
 kill "$SIM_PID" 2>/dev/null || true; wait "$SIM_PID" 2>/dev/null || true
 
@@ -188,7 +186,7 @@ RUNS="$RUNS" SECONDS_PER_RUN="$SECONDS_PER_RUN" CONNECTIONS="$CONNECTIONS" BENCH
   scripts/table-size.sh | tee "$SIZE_LOG"
 SIZE_RATIOS=$(sed -n 's/^stored\/new per pair: //p' "$SIZE_LOG")
 SIZE_RSS=$(sed -n 's/^peak RSS (MiB) of the two instances: //p' "$SIZE_LOG")
-for rss in $SIZE_RSS; do PEAK_RSS=$(awk -v a="$PEAK_RSS" -v b="$rss" 'BEGIN { print (b > a) ? b : a }'); done
+for rss in $SIZE_RSS; do raise_peak "$rss"; done
 # Its last line either way: a violation is reported in the summary, not by a silent exit.
 LEDGER=$(DATABASE_URL="$PG/$DB" target/release/payments-api ledger verify 2>&1 | tail -n 1 || true)
 

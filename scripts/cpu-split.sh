@@ -22,7 +22,7 @@ fresh_database "$DB"
 : >/tmp/payments-cpu-split.log
 serve_measured "$DB" "$PORT" 0 /tmp/payments-cpu-split.log
 trap 'kill $SERVICE 2>/dev/null || true' EXIT
-wait_ready "$PORT" || { echo "the service did not start" >&2; cat /tmp/payments-cpu-split.log >&2; exit 1; }
+wait_ready "$PORT" /tmp/payments-cpu-split.log
 
 # user + system CPU ticks of the given processes (those still alive)
 ticks() { local t=0 p; for p in "$@"; do [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
@@ -32,7 +32,7 @@ per_payment() { awk -v t="$1" -v n="$2" -v hz="$TICK" 'BEGIN { printf "%.0f", (n
 
 "$LOADGEN" --key "$KEY" --url "http://127.0.0.1:$PORT" --scenario new --connections 64 --seconds 3 >/dev/null
 echo "== new payments, 64 connections, ${SECONDS_PER_RUN}s per run; CPU per payment in microseconds"
-for run in $(seq 1 "$RUNS"); do
+for _ in $(seq 1 "$RUNS"); do
   postgres=$(pgrep -d ' ' -x postgres || true)
   s0=$(ticks "$SERVICE"); p0=$(ticks $postgres); m0=$(machine)
   w0=$("${PSQL[@]}" -d "$DB" -At -c "SELECT pg_current_wal_lsn()")
@@ -44,7 +44,7 @@ for run in $(seq 1 "$RUNS"); do
   s1=$(ticks "$SERVICE"); p1=$(ticks $postgres); m1=$(machine)
   wal=$("${PSQL[@]}" -d "$DB" -At -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$w0')")
   result=$(grep '^RESULT' /tmp/payments-cpu-split.out)
-  n=$(echo "$result" | sed -n 's/.*requests=\([0-9]*\).*/\1/p')
+  n=$(echo "$result" | field requests)
   echo "$result"
   echo "   service $(per_payment $((s1 - s0)) "$n") µs, PostgreSQL $(per_payment $((p1 - p0)) "$n") µs, load generator $(per_payment "$g" "$n") µs, the machine busy $(per_payment $((m1 - m0)) "$n") µs (the rest: the kernel's network work, other processes)"
   echo "   WAL written per payment: $(awk -v w="$wal" -v n="$n" 'BEGIN { printf "%.0f", (n > 0) ? w / n : 0 }') bytes"

@@ -35,7 +35,7 @@ count() {
   serve_measured "$DB" "$PORT" 0 "$OUT/$scenario.log" \
     valgrind --tool=callgrind --callgrind-out-file="$OUT/$scenario.%p"
   service=$SERVICE
-  wait_ready "$PORT" 120 || { echo "the service did not start under valgrind" >&2; cat "$OUT/$scenario.log" >&2; exit 1; }
+  wait_ready "$PORT" "$OUT/$scenario.log" 120
   # Warm-up: prepared statements, caches, the replays' keys; then only the run is counted.
   "$LOADGEN" --key "$KEY" --url "http://127.0.0.1:$PORT" --scenario "$scenario" \
     --connections "$CONNECTIONS" --seconds 5 >/dev/null
@@ -44,7 +44,7 @@ count() {
     --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN" | grep '^RESULT')
   callgrind_control --dump=counted "$service" >/dev/null 2>&1
   kill "$service"; wait "$service" 2>/dev/null || true
-  requests=$(echo "$result" | sed -n 's/.*requests=\([0-9]*\).*/\1/p')
+  requests=$(echo "$result" | field requests)
   total=$(sed -n 's/^summary: //p' "$OUT/$scenario.$service.1")
   echo "$scenario: $requests requests, $total instructions: $(awk -v t="$total" -v n="$requests" 'BEGIN { printf "%.0f", (n > 0) ? t / n : 0 }') per request"
   echo "   (under callgrind: $result)"

@@ -32,9 +32,7 @@ PIDS=()
 trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
 serve_measured "$SMALL" "$PORT" 0 /tmp/payments-table-size.log; PIDS+=("$SERVICE")
 serve_measured "$LARGE" $((PORT + 1)) 0 /tmp/payments-table-size.log; PIDS+=("$SERVICE")
-for p in "$PORT" $((PORT + 1)); do
-  wait_ready "$p" || { echo "the service did not start" >&2; cat /tmp/payments-table-size.log >&2; exit 1; }
-done
+for p in "$PORT" $((PORT + 1)); do wait_ready "$p" /tmp/payments-table-size.log; done
 
 # The large database grows through the service itself, so that every table a payment writes
 # (events, balance transactions, ledger entries) holds its share, as in production.
@@ -48,11 +46,11 @@ done
 echo "   $(stored) payments in $((SECONDS - started)) s"
 # The instance that grew it starts again: what it measures is then its runs' memory, not the
 # in-process provider's book of every charge it made (kept 8 days, docs/provider.md).
-echo "   peak RSS of the instance that grew it: $(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/${PIDS[1]}/status") MiB (with its in-process provider's book of the charges)"
+echo "   peak RSS of the instance that grew it: $(peak_rss "${PIDS[1]}") MiB (with its in-process provider's book of the charges)"
 kill "${PIDS[1]}"; wait "${PIDS[1]}" 2>/dev/null || true
 "${PSQL[@]}" -d "$LARGE" -c "VACUUM ANALYZE" -c "CHECKPOINT"
 serve_measured "$LARGE" $((PORT + 1)) 0 /tmp/payments-table-size.log; PIDS[1]=$SERVICE
-wait_ready $((PORT + 1)) || { echo "the service did not start" >&2; cat /tmp/payments-table-size.log >&2; exit 1; }
+wait_ready $((PORT + 1)) /tmp/payments-table-size.log
 "${PSQL[@]}" -d "$LARGE" -At -c "SELECT '   rows: ' || string_agg(relname || ' ' || n_live_tup, ', ' ORDER BY relname) FROM pg_stat_user_tables WHERE n_live_tup > 1000"
 "${PSQL[@]}" -d "$LARGE" -At -c "SELECT '   the database: ' || pg_size_pretty(pg_database_size(current_database())) || '; shared_buffers ' || current_setting('shared_buffers')"
 
@@ -72,8 +70,8 @@ run() {
   sleep 1 # the backends report their statistics at most once a second
   after=$(counters "$db")
   TO_LSN=$("${PSQL[@]}" -d "$db" -At -c "SELECT pg_current_wal_lsn()")
-  n=$(echo "$result" | sed -n 's/.*requests=\([0-9]*\).*/\1/p')
-  RATE=$(echo "$result" | sed -n 's/.*rps=\([0-9]*\).*/\1/p')
+  n=$(echo "$result" | field requests)
+  RATE=$(echo "$result" | field rps)
   echo "$name: $(echo "$result" | sed 's/^RESULT //')"
   echo "$before $after $n" | awk '{ n = ($9 > 0) ? $9 : 1; printf "   per payment: WAL %.0f bytes, %.2f full-page images, %.1f blocks hit, %.2f read\n", ($5 - $1) / n, ($6 - $2) / n, ($7 - $3) / n, ($8 - $4) / n }'
 }
@@ -88,12 +86,12 @@ for i in $(seq 1 "$RUNS"); do
   run "run $i, new database" "$SMALL" "$PORT" "$SMALL_KEY"; small=$RATE
   run "run $i, $ROWS stored" "$LARGE" $((PORT + 1)) "$LARGE_KEY"; large=$RATE
   LARGE_WAL=("$FROM_LSN" "$TO_LSN")
-  RATIOS+=("$(awk -v a="$large" -v b="$small" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }')")
+  RATIOS+=("$(ratio "$large" "$small")")
   echo "   stored/new: ${RATIOS[-1]}"
 done
-echo "stored/new per pair: ${RATIOS[*]}; median $(printf '%s\n' "${RATIOS[@]}" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')"
+echo "stored/new per pair: ${RATIOS[*]}; median $(printf '%s\n' "${RATIOS[@]}" | median)"
 
-echo "peak RSS (MiB) of the two instances: $(for p in "${PIDS[@]}"; do awk '/VmHWM/ {printf "%.1f ", $2/1024}' "/proc/$p/status"; done)"
+echo "peak RSS (MiB) of the two instances: $(for p in "${PIDS[@]}"; do printf '%s ' "$(peak_rss "$p")"; done)"
 
 # Which pages the stored database's last run wrote whole into the WAL (the first change of a
 # page after a checkpoint): by relation, from pg_walinspect.

@@ -42,12 +42,22 @@ serve_measured() {
   SERVICE=$!
 }
 
-# wait_ready PORT [SECONDS]: until the service on PORT is ready (10 s at most by default).
+# wait_ready PORT LOG [SECONDS]: until the service on PORT is ready (10 s at most by
+# default); if it is not by then, prints its LOG and exits.
 wait_ready() {
-  local tries=$(( ${2:-10} * 10 ))
+  local tries=$(( ${3:-10} * 10 ))
   for _ in $(seq 1 "$tries"); do
     curl -fsS "http://127.0.0.1:$1/health/ready" >/dev/null 2>&1 && return 0
     sleep 0.1
   done
-  return 1
+  echo "the service on port $1 did not start" >&2; cat "$2" >&2; exit 1
 }
+
+# peak_rss PID: the process's peak resident memory in MiB (0 once it is gone)
+peak_rss() { awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$1/status" 2>/dev/null || echo 0; }
+# field NAME: the value of NAME= in the load generator's RESULT line on stdin
+field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | head -n 1; }
+# median of the numbers on stdin
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# ratio A B: A / B to two decimals
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
