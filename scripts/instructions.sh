@@ -58,5 +58,5 @@ count() {
 }
 
 echo "== instructions per request in the service, $CONNECTIONS connections, ${SECONDS_PER_RUN}s counted"
-count new
-count replay
+[ -n "${ONLY:-}" ] && [ "$ONLY" != new ] || count new
+[ -n "${ONLY:-}" ] && [ "$ONLY" != replay ] || count replay

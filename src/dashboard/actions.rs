@@ -168,7 +168,7 @@ async fn perform(
     match what {
         "refund" => {
             let request = NewRefund::parse(body.as_bytes())?;
-            refunds::create_refund(state, merchant, payment_id, key, request, None).await
+            refunds::create_refund(state, merchant, payment_id, key, request, None, None).await
         }
         "capture" => {
             let requested = Requested::Capture(NewCapture::parse(body.as_bytes())?);
@@ -263,7 +263,7 @@ pub async fn pay_out(
                 body["destination"] = serde_json::json!(form.destination.trim());
             }
             let request = NewPayout::parse(body.to_string().as_bytes())?;
-            payouts::create_payout(state, &session.merchant, key, request, None).await
+            payouts::create_payout(state, &session.merchant, key, request, None, None).await
         }
     })
     .await;

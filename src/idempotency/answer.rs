@@ -68,7 +68,17 @@ impl Answer {
         if self.replayed {
             response.insert_header((REPLAYED_HEADER, "true"));
         }
-        response.body(self.body.to_string())
+        // The body's bytes are shared with the stored answer, not copied.
+        response.body(actix_web::web::Bytes::from_owner(SharedBody(self.body)))
+    }
+}
+
+/// An answer's body as the bytes of a response.
+struct SharedBody(Arc<str>);
+
+impl AsRef<[u8]> for SharedBody {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
     }
 }
 

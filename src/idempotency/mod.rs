@@ -15,7 +15,7 @@ mod in_flight;
 pub mod record;
 
 pub use answer::{Answer, REPLAYED_HEADER, scope_key};
-pub use final_answers::FinalAnswers;
+pub use final_answers::{FinalAnswers, Sent};
 pub use follow::{Followed, follow, observe, store_when_possible};
 pub use in_flight::{
     InFlight, InFlightGuard, Joined, RETRY_AFTER_SECS, Turn, lead_or_join, wait_for_outcome,

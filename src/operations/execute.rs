@@ -12,7 +12,7 @@ use crate::domain::RequestRef;
 use crate::domain::now;
 use crate::error::ApiError;
 use crate::idempotency::{
-    Answer, Followed, IdempotentRecord, Joined, follow, lead_or_join, observe, scope_key,
+    Answer, Followed, IdempotentRecord, Joined, Sent, follow, lead_or_join, observe, scope_key,
     store_when_possible,
 };
 use crate::metrics::{self, IdempotencyOutcome};
@@ -30,7 +30,20 @@ pub fn execute<O: Operation>(
     claim: O::Row,
     request: Option<RequestRef>,
 ) -> impl Future<Output = Result<Answer, ApiError>> + '_ {
-    execute_boxed::<O>(state, Box::new(claim), request)
+    execute_boxed::<O>(state, Box::new(claim), request, None)
+}
+
+/// [`execute`] for a request whose bytes are known (an API request's; not a dashboard
+/// form's): its final answer is remembered with them, so that a retry sent exactly alike is
+/// replayed before it is parsed ([`crate::idempotency::FinalAnswers::answer_sent`], which
+/// the route asks first).
+pub fn execute_sent<O: Operation>(
+    state: &AppState,
+    claim: O::Row,
+    request: Option<RequestRef>,
+    sent: Option<Sent>,
+) -> impl Future<Output = Result<Answer, ApiError>> + '_ {
+    execute_boxed::<O>(state, Box::new(claim), request, sent)
 }
 
 /// [`execute`] with the row on the heap.
@@ -38,6 +51,7 @@ async fn execute_boxed<O: Operation>(
     state: &AppState,
     claim: Box<O::Row>,
     request: Option<RequestRef>,
+    sent: Option<Sent>,
 ) -> Result<Answer, ApiError> {
     let (resource, scope) = (O::resource(&claim), O::scope(&claim));
     let (merchant, key, fingerprint) = (
@@ -69,7 +83,13 @@ async fn execute_boxed<O: Operation>(
     let answer = claim_or_follow::<O>(state, claim, request, wait_left).await?;
     // In memory before the lead is given up, so that no later duplicate here finds
     // neither.
-    answers.remember(scope, &merchant, &key, &fingerprint, &answer);
+    answers.remember(
+        scope,
+        &merchant,
+        &key,
+        (&fingerprint, sent.as_ref()),
+        &answer,
+    );
     guard.settle(&answer);
     Ok(answer)
 }

@@ -5,6 +5,7 @@
 //! gets the idempotency rules (docs/idempotency.md) from [`execute`]; abandoned work is finished by [`Recovery`].
 //!
 //! ```text
+//! route ───▶ these exact bytes answered here under this key? ─▶ replay (before parsing)
 //! execute ─▶ known final answer here? ─▶ replay / 422
 //!         ─▶ same key led here?         ─▶ wait for its leader (replay, or its 202)
 //!         ─▶ lead the key here (one request per key and instance goes on below)
@@ -32,7 +33,7 @@ mod operation;
 mod recovery;
 mod settle;
 
-pub use execute::execute;
+pub use execute::{execute, execute_sent};
 pub use operation::{Called, Claimed, Lease, Operation, lease_duration};
 pub use recovery::{Recovery, recover};
 pub(crate) use settle::settled_row;

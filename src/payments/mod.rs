@@ -24,7 +24,7 @@ use crate::domain::RequestRef;
 use crate::domain::{IdempotencyKey, LedgerPolicy, PaymentId, Timestamp, now};
 use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
-use crate::idempotency::{Answer, idempotent_record};
+use crate::idempotency::{Answer, Sent, idempotent_record};
 use crate::ledger::Posting;
 use crate::operations::{self, Called, Claimed, Lease, Operation};
 use crate::provider::{
@@ -55,7 +55,7 @@ impl Operation for CreatePayment {
     type Outcome = Charged;
 
     fn resource(_: &PaymentRow) -> &'static str {
-        "payment"
+        RESOURCE
     }
 
     fn claim(
@@ -250,12 +250,18 @@ pub fn start_writes(db: &Db) -> PaymentWrites {
     }
 }
 
+/// Names payments in the idempotency scopes and metrics.
+pub const RESOURCE: &str = "payment";
+
+/// Creates a payment for `request`, parsed from `sent` (whose bytes its final answer is
+/// remembered with).
 pub fn create_payment<'a>(
     state: &'a AppState,
     merchant: &Merchant,
     key: IdempotencyKey,
     request: NewPayment,
     request_id: Option<String>,
+    sent: Option<Sent>,
 ) -> impl Future<Output = Result<Answer, ApiError>> + 'a {
     let lease = Lease::new(state);
     let claim = PaymentRow {
@@ -293,7 +299,7 @@ pub fn create_payment<'a>(
         id,
         idempotency_key: Some(key.as_str().to_owned()),
     });
-    operations::execute::<CreatePayment>(state, claim, origin)
+    operations::execute_sent::<CreatePayment>(state, claim, origin, sent)
 }
 
 /// The payment as the provider's final answer (or refusal) leaves it, with the response that every

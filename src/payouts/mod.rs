@@ -29,7 +29,7 @@ use crate::domain::RequestRef;
 use crate::domain::{IdempotencyKey, PayoutId, PayoutStatus, Timestamp, now};
 use crate::error::ApiError;
 use crate::events::EventType;
-use crate::idempotency::{Answer, idempotent_record};
+use crate::idempotency::{Answer, Sent, idempotent_record};
 use crate::ledger::{self, Posting};
 use crate::operations::{self, Called, Claimed, Lease, Operation, Settle, Settled};
 use crate::provider::{
@@ -40,7 +40,7 @@ use crate::state::AppState;
 pub use request::NewPayout;
 
 /// Names payouts in the idempotency scopes and metrics.
-const RESOURCE: &str = "payout";
+pub const RESOURCE: &str = "payout";
 
 /// The final outcome of a payout at the provider, by whichever path it arrives (the
 /// request, a retry, the recovery worker, a `payout.paid`/`payout.failed` webhook).
@@ -251,6 +251,7 @@ pub async fn create_payout(
     key: IdempotencyKey,
     request: NewPayout,
     request_id: Option<String>,
+    sent: Option<Sent>,
 ) -> Result<Answer, ApiError> {
     let lease = Lease::new(state);
     let claim = PayoutRow {
@@ -277,7 +278,7 @@ pub async fn create_payout(
         id,
         idempotency_key: Some(key.as_str().to_owned()),
     });
-    operations::execute::<CreatePayout>(state, claim, origin).await
+    operations::execute_sent::<CreatePayout>(state, claim, origin, sent).await
 }
 
 /// One transaction: the insert that decides the winner (first: on SQLite it takes the

@@ -30,7 +30,7 @@ use crate::domain::RequestRef;
 use crate::domain::{IdempotencyKey, PaymentId, PaymentStatus, RefundId, RefundStatus, Timestamp};
 use crate::error::ApiError;
 use crate::events::EventType;
-use crate::idempotency::{Answer, idempotent_record};
+use crate::idempotency::{Answer, Sent, idempotent_record};
 use crate::ledger::{self, Posting};
 use crate::operations::{self, Called, Claimed, Lease, Operation, Settle, Settled};
 use crate::provider::{
@@ -265,6 +265,7 @@ pub async fn create_refund(
     key: IdempotencyKey,
     request: NewRefund,
     request_id: Option<String>,
+    sent: Option<Sent>,
 ) -> Result<Answer, ApiError> {
     // An unknown (or another merchant's) payment is answered before anything is stored,
     // like a validation failure: there is nothing a key could be bound to. (A key whose
@@ -305,11 +306,11 @@ pub async fn create_refund(
         id,
         idempotency_key: Some(key.as_str().to_owned()),
     });
-    operations::execute::<CreateRefund>(state, claim, origin).await
+    operations::execute_sent::<CreateRefund>(state, claim, origin, sent).await
 }
 
 /// Names refunds in the idempotency scopes and metrics.
-const RESOURCE: &str = "refund";
+pub const RESOURCE: &str = "refund";
 
 /// One transaction: the insert that decides the winner (first, so on SQLite the
 /// transaction writes before it reads, and on PostgreSQL a unique violation aborts

@@ -9,9 +9,12 @@ use actix_web::http::header;
 use actix_web::{HttpRequest, web};
 use futures_util::StreamExt;
 
+use crate::auth::Merchant;
 pub use crate::body::{JsonObject, parse_json};
 use crate::domain::{IdempotencyKey, ObjectId, check_text};
 use crate::error::ApiError;
+use crate::idempotency::{Answer, Sent};
+use crate::state::AppState;
 
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
@@ -106,6 +109,25 @@ async fn read_within_limit(
         body.extend_from_slice(&chunk);
     }
     Ok(body.freeze())
+}
+
+/// A keyed POST exactly as it was sent; or, when this instance has already answered these
+/// bytes under this key, its replay, found before the body is parsed (see [`Sent`]).
+/// `resource` names the operation's idempotency scope.
+pub fn sent_unless_replayed(
+    state: &AppState,
+    merchant: &Merchant,
+    resource: &'static str,
+    key: &IdempotencyKey,
+    req: &HttpRequest,
+    body: web::Bytes,
+) -> Result<Sent, Answer> {
+    let sent = Sent::new(req.uri(), body);
+    let answers = &state.final_answers;
+    match answers.answer_sent(resource, resource, &merchant.id, key.as_str(), &sent) {
+        Some(replay) => Err(replay),
+        None => Ok(sent),
+    }
 }
 
 /// The `Idempotency-Key` header of a POST that requires one.

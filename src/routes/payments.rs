@@ -3,6 +3,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use super::authenticate::Authenticated;
 use super::input::{
     Query, idempotency_key, path_id, read_json_body, read_optional_json_body, request_id,
+    sent_unless_replayed,
 };
 use crate::db::payments::ListFilter;
 use crate::domain::PaymentId;
@@ -37,9 +38,14 @@ pub async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let body = read_json_body(&req, payload).await?;
     let key = idempotency_key(&req)?;
-    let request = NewPayment::parse(&body)?;
+    let sent = match sent_unless_replayed(&state, &merchant, payments::RESOURCE, &key, &req, body) {
+        Ok(sent) => sent,
+        Err(replay) => return Ok(replay.into_response()),
+    };
+    let request = NewPayment::parse(&sent.body)?;
     let request_id = request_id(&req);
-    let answer = payments::create_payment(&state, &merchant, key, request, request_id).await?;
+    let answer =
+        payments::create_payment(&state, &merchant, key, request, request_id, Some(sent)).await?;
     Ok(answer.into_response())
 }
 

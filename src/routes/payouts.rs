@@ -2,7 +2,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::authenticate::Authenticated;
 use super::events::json;
-use super::input::{Query, idempotency_key, path_id, read_json_body};
+use super::input::{Query, idempotency_key, path_id, read_json_body, sent_unless_replayed};
 use crate::domain::{PayoutId, PayoutStatus};
 use crate::error::ApiError;
 use crate::payouts::{self, NewPayout};
@@ -34,9 +34,14 @@ pub async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let body = read_json_body(&req, payload).await?;
     let key = idempotency_key(&req)?;
-    let request = NewPayout::parse(&body)?;
+    let sent = match sent_unless_replayed(&state, &merchant, payouts::RESOURCE, &key, &req, body) {
+        Ok(sent) => sent,
+        Err(replay) => return Ok(replay.into_response()),
+    };
+    let request = NewPayout::parse(&sent.body)?;
     let request_id = super::input::request_id(&req);
-    let answer = payouts::create_payout(&state, &merchant, key, request, request_id).await?;
+    let answer =
+        payouts::create_payout(&state, &merchant, key, request, request_id, Some(sent)).await?;
     Ok(answer.into_response())
 }
 

@@ -1,7 +1,9 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::authenticate::Authenticated;
-use super::input::{Query, idempotency_key, path_id, read_optional_json_body, request_id};
+use super::input::{
+    Query, idempotency_key, path_id, read_optional_json_body, request_id, sent_unless_replayed,
+};
 use crate::domain::{PaymentId, RefundId};
 use crate::error::ApiError;
 use crate::refunds::{self, NewRefund};
@@ -35,10 +37,22 @@ pub async fn create(
     // Every field is optional: no body refunds all that is left.
     let body = read_optional_json_body(&req, payload).await?;
     let key = idempotency_key(&req)?;
-    let request = NewRefund::parse(&body)?;
+    let sent = match sent_unless_replayed(&state, &merchant, refunds::RESOURCE, &key, &req, body) {
+        Ok(sent) => sent,
+        Err(replay) => return Ok(replay.into_response()),
+    };
+    let request = NewRefund::parse(&sent.body)?;
     let request_id = request_id(&req);
-    let answer =
-        refunds::create_refund(&state, &merchant, payment_id, key, request, request_id).await?;
+    let answer = refunds::create_refund(
+        &state,
+        &merchant,
+        payment_id,
+        key,
+        request,
+        request_id,
+        Some(sent),
+    )
+    .await?;
     Ok(answer.into_response())
 }
 

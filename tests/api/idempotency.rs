@@ -202,3 +202,47 @@ async fn a_different_request_under_a_running_key_is_refused_at_once() {
     assert_eq!(app.charges(), 1);
     assert_eq!(app.simulator.charge_calls(), 1);
 }
+
+/// A retry usually repeats its request byte for byte: its answer is found from those bytes,
+/// before its body is parsed. A retry equal only in meaning (keys in another order, spaces,
+/// the currency's case) goes the whole way and is replayed by its fingerprint. Both are
+/// the first answer, and there is one charge.
+#[actix_web::test]
+async fn a_retry_sent_byte_for_byte_and_one_equal_in_meaning_both_replay() {
+    use actix_web::http::Uri;
+    use actix_web::web::Bytes;
+    use payments_api::idempotency::Sent;
+
+    let app = spawn_app().await;
+    let sent: &'static [u8] =
+        br#"{"amount":1500,"currency":"usd","payment_method":"pm_card_visa"}"#;
+    let reordered: &'static [u8] =
+        br#"{ "payment_method": "pm_card_visa", "currency": "USD", "amount": 1500 }"#;
+    let headers = [
+        ("Authorization", format!("Bearer {}", app.api_key)),
+        ("Content-Type", "application/json".to_owned()),
+        ("Idempotency-Key", "as-sent".to_owned()),
+    ];
+    let post = |body: &[u8]| app.request("POST", "/v1/payments", &headers, body.to_vec());
+    let first = post(sent).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+
+    // The instance keeps the request's exact bytes with its final answer.
+    let target = Uri::from_static("/v1/payments");
+    let as_sent = |body: &'static [u8]| Sent::new(&target, Bytes::from_static(body));
+    let answers = &app.state.final_answers;
+    let merchant = &app.merchant_id;
+    let known =
+        |body| answers.answer_sent("payment", "payment", merchant, "as-sent", &as_sent(body));
+    assert!(known(sent).is_some(), "the first request's bytes are kept");
+    assert!(known(reordered).is_none(), "other bytes are not");
+
+    for body in [sent, reordered, sent] {
+        let again = post(body).await;
+        assert_eq!(again.status, 201, "{}", again.text());
+        assert_eq!(again.body, first.body, "the first answer, byte for byte");
+        assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    }
+    assert_eq!(app.simulator.charge_calls(), 1);
+    assert_eq!(app.payment_rows().await, 1);
+}

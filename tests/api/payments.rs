@@ -237,6 +237,7 @@ async fn a_slow_provider_over_http_is_called_for_every_payment_in_flight_at_once
 async fn a_new_payment_future_keeps_no_copy_of_its_row() {
     use payments_api::db::payments::PaymentRow;
     use payments_api::domain::IdempotencyKey;
+    use payments_api::idempotency::Sent;
     use payments_api::payments::{create_payment, request::NewPayment};
 
     let app = spawn_app().await;
@@ -247,13 +248,13 @@ async fn a_new_payment_future_keeps_no_copy_of_its_row() {
         .await
         .expect("merchants read")
         .expect("the default merchant");
-    let request = NewPayment::parse(
-        br#"{"amount": 100, "currency": "usd", "payment_method": "pm_card_visa"}"#,
-    )
-    .expect("a valid payment");
+    let body = br#"{"amount": 100, "currency": "usd", "payment_method": "pm_card_visa"}"#;
+    let request = NewPayment::parse(body).expect("a valid payment");
+    let target = actix_web::http::Uri::from_static("/v1/payments");
+    let sent = Sent::new(&target, actix_web::web::Bytes::from_static(body));
     let key = IdempotencyKey::parse(b"future-size").expect("a valid key");
     // Built, never polled: nothing is claimed or charged.
-    let future = create_payment(&app.state, &merchant, key, request, None);
+    let future = create_payment(&app.state, &merchant, key, request, None, Some(sent));
     let (size, row) = (
         std::mem::size_of_val(&future),
         std::mem::size_of::<PaymentRow>(),

@@ -87,6 +87,7 @@ pub(crate) async fn refund_through_unreachable_provider(
         IdempotencyKey::parse(key).unwrap(),
         request,
         None,
+        None,
     )
     .await
     .unwrap();
