@@ -9,7 +9,8 @@
 # one), and a `rep stos`/`rep movs` (glibc's memset and memcpy of large blocks) counts once
 # per iteration. Prints numbers; asserts nothing.
 # Usage: scripts/instructions.sh       (SECONDS_PER_RUN=15 CONNECTIONS=64 TOP=25 by default;
-#                                       BIN=path/to/payments-api to count another build)
+#                                       BIN=path/to/payments-api to count another build;
+#                                       ONLY=new or ONLY=replay to count one scenario)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
