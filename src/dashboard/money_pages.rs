@@ -113,18 +113,21 @@ pub async fn render_balance(
     let merchant_id = session.merchant.id.clone();
     let loaded = state
         .db
+        // One snapshot: the balance and the lists beside it agree.
         .run(move |conn| {
-            let at = now();
-            let balances = ledger_rows::balance(conn, &merchant_id, at)?;
-            let filter = ListFilter {
-                txn_type: None,
-                source_id: None,
-            };
-            let transactions =
-                ledger_rows::list(conn, &merchant_id, 25, None, &filter)?.unwrap_or_default();
-            let payouts =
-                payout_rows::list(conn, &merchant_id, 25, None, None)?.unwrap_or_default();
-            Ok((at, balances, transactions, payouts))
+            crate::db::read_snapshot(conn, |conn| {
+                let at = now();
+                let balances = ledger_rows::balance(conn, &merchant_id, at)?;
+                let filter = ListFilter {
+                    txn_type: None,
+                    source_id: None,
+                };
+                let transactions =
+                    ledger_rows::list(conn, &merchant_id, 25, None, &filter)?.unwrap_or_default();
+                let payouts =
+                    payout_rows::list(conn, &merchant_id, 25, None, None)?.unwrap_or_default();
+                Ok((at, balances, transactions, payouts))
+            })
         })
         .await;
     let (at, balances, transactions, payouts) = match loaded {

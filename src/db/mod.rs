@@ -38,6 +38,25 @@ use diesel::result::Error as DieselError;
 
 use pool::{DatabaseTarget, Pool, connection_lost};
 
+/// Runs `read` in one read-only transaction that sees one snapshot of the database: several
+/// statements (a balance's sums, a page beside them, the ledger's checks) agree with each
+/// other however many writes commit meanwhile. REPEATABLE READ on PostgreSQL, where each
+/// statement of a READ COMMITTED transaction would take its own snapshot; SQLite's read
+/// transaction is a snapshot already (WAL). Not for use inside another transaction.
+pub fn read_snapshot<T>(
+    conn: &mut DbConnection,
+    read: impl FnOnce(&mut DbConnection) -> diesel::QueryResult<T>,
+) -> diesel::QueryResult<T> {
+    use diesel::Connection;
+    use diesel::connection::SimpleConnection;
+    conn.transaction(|conn| {
+        if matches!(conn, DbConnection::Postgres(_)) {
+            conn.batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
+        }
+        read(conn)
+    })
+}
+
 /// Lists are read newest first, `limit + 1` rows: the one past the page says whether more
 /// follow. Returns the page and `has_more`.
 pub fn page<T>(mut rows: Vec<T>, limit: i64) -> (Vec<T>, bool) {

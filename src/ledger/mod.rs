@@ -326,16 +326,10 @@ impl Verification {
     }
 }
 
-/// Checks the whole database against the ledger's rules, in one read-only transaction
-/// (repeatable on PostgreSQL, so a running service cannot make it see half a change).
+/// Checks the whole database against the ledger's rules, on one snapshot (so a running
+/// service cannot make it see half a change).
 pub fn verify(conn: &mut DbConnection) -> diesel::QueryResult<Verification> {
-    use diesel::Connection;
-    use diesel::connection::SimpleConnection;
-    conn.transaction(|conn| {
-        if matches!(conn, DbConnection::Postgres(_)) {
-            // SQLite's read transaction is a snapshot already (WAL).
-            conn.batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")?;
-        }
+    crate::db::read_snapshot(conn, |conn| {
         Ok(Verification {
             counts: rows::counts(conn)?,
             violations: rows::violations(conn)?,

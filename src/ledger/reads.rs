@@ -3,17 +3,18 @@
 use super::view;
 use crate::db::ledger::{self as rows, ListFilter};
 use crate::db::merchants::Merchant;
+use crate::db::read_snapshot;
 use crate::domain::now;
 use crate::error::ApiError;
 use crate::state::AppState;
 
 /// `GET /v1/balance`: exact at this moment (pending money whose `available_on` has passed
-/// counts as available, with nothing written).
+/// counts as available, with nothing written), its two sums read on one snapshot.
 pub async fn balance(state: &AppState, merchant: &Merchant) -> Result<String, ApiError> {
     let merchant_id = merchant.id.clone();
     let balances = state
         .db
-        .run(move |conn| rows::balance(conn, &merchant_id, now()))
+        .run(move |conn| read_snapshot(conn, |conn| rows::balance(conn, &merchant_id, now())))
         .await?;
     view::render_balance(balances).map_err(ApiError::internal)
 }
