@@ -14,7 +14,7 @@ pub const DEFAULT_DESTINATION: &str = "ba_test_instant";
 #[schema(as = CreatePayoutRequest)]
 pub struct NewPayout {
     /// Minor units, at most the available balance in `currency`.
-    #[schema(value_type = i64, minimum = 1, maximum = 99_999_999, example = 1500)]
+    #[schema(value_type = i64, minimum = 1, maximum = 9_007_199_254_740_991_i64, example = 1500)]
     pub amount: Amount,
     /// ISO 4217, lower case.
     #[schema(value_type = String, example = "usd")]
@@ -38,7 +38,7 @@ impl NewPayout {
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
         let mut object =
             JsonObject::parse(body, &["amount", "currency", "destination", "description"])?;
-        let amount = Amount::parse(object.required_integer("amount")?)
+        let amount = Amount::parse_payout(object.required_integer("amount")?)
             .map_err(|e| ApiError::invalid("amount", format!("`amount` {e}")))?;
         let currency = Currency::parse(&object.required_string("currency", 3)?)
             .map_err(|e| ApiError::invalid("currency", format!("`currency` {e}")))?;

@@ -92,6 +92,39 @@ async fn a_payout_is_made_once_per_key_and_leaves_the_available_balance() {
     assert_eq!(events["data"][0]["data"]["object"]["id"], id);
 }
 
+/// A payout is bounded by the balance, not by what one payment may be: two payments of the
+/// largest amount pay out more than either in one payout.
+#[actix_web::test]
+async fn a_payout_larger_than_any_payment_is_made_when_the_balance_holds_it() {
+    let app = spawn_app_with(|s| {
+        s.ledger.fee_percent_bps = 0;
+        s.ledger.fee_fixed = 0;
+        s.ledger.pending = std::time::Duration::ZERO;
+    })
+    .await;
+    app.paid_payment(99_999_999).await;
+    app.paid_payment(99_999_999).await;
+    let paid = app
+        .post_payout(
+            "po-large",
+            &json!({"amount": 150_000_000, "currency": "usd"}),
+        )
+        .await;
+    assert_eq!(paid.status, 201, "{}", paid.text());
+    assert_eq!(paid.json()["status"], "paid");
+    assert_eq!(paid.json()["amount"], 150_000_000);
+    let balance = app.get("/v1/balance").await.json();
+    assert_eq!(balance["available"][0]["amount"], 49_999_998);
+    let beyond_json = app
+        .post_payout(
+            "po-beyond",
+            &json!({"amount": 9_007_199_254_740_992_i64, "currency": "usd"}),
+        )
+        .await;
+    beyond_json.assert_problem(400, "invalid_request");
+    assert_eq!(app.simulator.payouts.calls(), 1);
+}
+
 #[actix_web::test]
 async fn a_payout_over_the_available_balance_is_refused_for_good_and_moves_nothing() {
     // The default pending period: the charge's money is not available yet.
