@@ -204,13 +204,16 @@ async fn take_step(
 /// One transaction: the insert that decides the key's winner, then the guarded write that
 /// decides whether the dispute takes the step now (it is `needs_response` and no other step
 /// is at the provider): evidence only saved is done there, a submit or close holds the
-/// dispute for its call. Otherwise the stored 409.
+/// dispute for its call. A dispute no longer `needs_response` is the stored 409; one whose
+/// other step is still at the provider is a 409 that stores nothing (the transaction rolls
+/// back, the key stays free): that step may yet be refused, and a retry then takes this one.
 fn claim_step(
     conn: &mut DbConnection,
     claim: &DisputeStepRow,
 ) -> diesel::QueryResult<Claimed<DisputeStepRow, String>> {
     use diesel::Connection;
-    conn.transaction(|conn| {
+    let mut busy = None;
+    let claimed = conn.transaction(|conn| {
         steps::insert(conn, claim)?;
         let at = claim.created_at;
         let text = claim.evidence_text.as_deref();
@@ -232,16 +235,18 @@ fn claim_step(
         }
         let (status, answer) = if taken {
             (StepStatus::Succeeded, Answer::new(200, render(&dispute)?))
-        } else {
-            let why = if dispute.status == DisputeStatus::NeedsResponse {
-                "another step on it is at the provider".to_owned()
-            } else {
-                format!("it is `{}`", dispute.status)
-            };
-            let refusal = ApiError::DisputeNotEditable(format!(
-                "dispute {} takes no evidence or close now: {why}; only a `needs_response` \
-                 dispute does",
+        } else if dispute.status == DisputeStatus::NeedsResponse {
+            busy = Some(ApiError::DisputeNotEditable(format!(
+                "dispute {} takes no evidence or close now: another step on it is at the \
+                 provider; retry with the same key once it has answered",
                 dispute.id
+            )));
+            return Err(diesel::result::Error::RollbackTransaction);
+        } else {
+            let refusal = ApiError::DisputeNotEditable(format!(
+                "dispute {} takes no evidence or close now: it is `{}`; only a \
+                 `needs_response` dispute does",
+                dispute.id, dispute.status
             ));
             (StepStatus::Rejected, Answer::refusal(&refusal))
         };
@@ -253,7 +258,13 @@ fn claim_step(
             &answer.body,
         )?;
         Ok(Claimed::Answered(answer))
-    })
+    });
+    match (claimed, busy) {
+        (Err(diesel::result::Error::RollbackTransaction), Some(refusal)) => {
+            Ok(Claimed::Unstored(refusal))
+        }
+        (claimed, _) => claimed,
+    }
 }
 
 /// Applies the provider's answer in one transaction, guarded by the step still being

@@ -27,7 +27,7 @@ use crate::provider::protocol::{
 /// script exact sequences.
 #[derive(Debug, Default)]
 pub struct Faults {
-    /// Latency of every answer (after the money has moved).
+    /// Latency of every answer of the simulator's, a refusal too (after the money has moved).
     pub latency_ms: AtomicU64,
     /// Answer 500 without charging, this share of calls (0.0–1.0, as parts per million).
     pub fail_rate_ppm: AtomicU32,
@@ -153,20 +153,21 @@ where
     if let Some(status) = state.faults.refusal() {
         return error(status, "simulated refusal (nothing moved)");
     }
-    let result = match call(&state.provider, &key, &request).await {
-        Ok(result) => result,
-        Err(ProviderError::Refused(why)) => return error(StatusCode::CONFLICT, &why),
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
-    };
-    if state.faults.should_drop() {
+    let result = call(&state.provider, &key, &request).await;
+    if result.is_ok() && state.faults.should_drop() {
         tracing::info!(%key, "simulated drop: money moved, not answering");
         actix_web::rt::time::sleep(DROP_HANG).await;
     }
+    // The simulator's own answers, refusals included, take the latency.
     let latency = state.faults.latency_ms.load(Ordering::Relaxed);
     if latency > 0 {
         actix_web::rt::time::sleep(Duration::from_millis(latency)).await;
     }
-    HttpResponse::Ok().json(result)
+    match result {
+        Ok(result) => HttpResponse::Ok().json(result),
+        Err(ProviderError::Refused(why)) => error(StatusCode::CONFLICT, &why),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
 }
 
 async fn create_charge(

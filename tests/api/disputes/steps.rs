@@ -206,6 +206,52 @@ async fn a_step_the_provider_refuses_is_the_keys_final_409_and_lets_the_dispute_
     assert_eq!(calls() - before, 2);
 }
 
+/// A step asked for while another is at the provider is refused without being stored: the
+/// dispute is still `needs_response`, and if the provider refuses the other step, the same
+/// key then takes this one.
+#[actix_web::test]
+async fn a_step_refused_while_another_is_at_the_provider_can_be_retried_with_its_key() {
+    let provider = spawn_provider().await;
+    let app = spawn_app_with_provider(&provider, |s| s.provider_max_attempts = 1).await;
+    let payment = app
+        .post_payment(
+            "pay-busy",
+            &json!({"amount": 700, "currency": "usd", "payment_method": "pm_card_visa"}),
+        )
+        .await
+        .json();
+    app.provider_event(
+        "charge.dispute.created",
+        super::opening("du_busy", &payment, 700),
+    )
+    .await;
+    let dispute = app
+        .dispute_when(payment["id"].as_str().unwrap(), "needs_response")
+        .await;
+    let id = dispute["id"].as_str().unwrap();
+    let (close, save) = (
+        format!("/v1/disputes/{id}/close"),
+        format!("/v1/disputes/{id}"),
+    );
+    let draft = json!({"evidence": {"text": "the receipt"}});
+    // The provider this test runs does not know `du_busy`: it refuses the close, slowly.
+    provider.faults.latency_ms.store(600, Ordering::SeqCst);
+    let (closed, busy) =
+        futures_util::future::join(app.post_dispute(&close, "slow-close", &json!({})), async {
+            tokio_sleep(Duration::from_millis(200)).await;
+            app.post_dispute(&save, "draft-while-busy", &draft).await
+        })
+        .await;
+    busy.assert_problem(409, "dispute_not_editable");
+    closed.assert_problem(409, "dispute_not_editable");
+    provider.faults.latency_ms.store(0, Ordering::SeqCst);
+
+    let retried = app.post_dispute(&save, "draft-while-busy", &draft).await;
+    assert_eq!(retried.status, 200, "{}", retried.text());
+    assert_eq!(retried.json()["status"], "needs_response");
+    assert_eq!(retried.json()["evidence"]["text"], "the receipt");
+}
+
 #[actix_web::test]
 async fn bad_steps_are_refused_and_change_nothing() {
     let app = spawn_app_with(quick_disputes).await;
