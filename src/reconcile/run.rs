@@ -44,23 +44,39 @@ pub struct Found {
 impl Found {
     /// One JSON line: `{"kind", "reference", "provider_movement_id", "expected", "found",
     /// "first_seen_at"}`.
+    /// Its fields in the contract's order (a struct, not a map, keeps it).
     pub fn json_line(&self) -> String {
-        let money = |m: &Option<Money>| {
-            m.as_ref().map_or(
-                serde_json::Value::Null,
-                |m| serde_json::json!({"amount": m.amount, "currency": m.currency}),
-            )
-        };
+        #[derive(serde::Serialize)]
+        struct Line<'a> {
+            kind: &'a str,
+            reference: &'a str,
+            provider_movement_id: Option<&'a str>,
+            expected: Option<MoneyJson<'a>>,
+            found: Option<MoneyJson<'a>>,
+            first_seen_at: String,
+        }
+        #[derive(serde::Serialize)]
+        struct MoneyJson<'a> {
+            amount: i64,
+            currency: &'a str,
+        }
+        fn money(m: &Option<Money>) -> Option<MoneyJson<'_>> {
+            m.as_ref().map(|m| MoneyJson {
+                amount: m.amount,
+                currency: &m.currency,
+            })
+        }
         let d = &self.discrepancy;
-        serde_json::json!({
-            "kind": d.kind.as_str(),
-            "reference": d.reference,
-            "provider_movement_id": d.provider_movement_id,
-            "expected": money(&d.expected),
-            "found": money(&d.found),
-            "first_seen_at": format_timestamp(self.first_seen_at),
-        })
-        .to_string()
+        let line = Line {
+            kind: d.kind.as_str(),
+            reference: &d.reference,
+            provider_movement_id: d.provider_movement_id.as_deref(),
+            expected: money(&d.expected),
+            found: money(&d.found),
+            first_seen_at: format_timestamp(self.first_seen_at),
+        };
+        // A struct of strings and integers always serialises.
+        serde_json::to_string(&line).unwrap_or_default()
     }
 }
 

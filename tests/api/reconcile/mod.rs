@@ -267,14 +267,25 @@ async fn each_kind_of_discrepancy_is_found_once_and_resolved_when_the_report_is_
         "reconciled: 2 matched, 6 discrepancies (amount_mismatch: 1, currency_mismatch: 1, \
          duplicate_at_provider: 1, missing_at_provider: 1, missing_here: 2)"
     );
-    let line: serde_json::Value = serde_json::from_str(
-        &found
-            .iter()
-            .find(|f| f.discrepancy.reference == wrong_amount)
-            .unwrap()
-            .json_line(),
-    )
-    .unwrap();
+    let raw = found
+        .iter()
+        .find(|f| f.discrepancy.reference == wrong_amount)
+        .unwrap()
+        .json_line();
+    let at = |name: &str| raw.find(&format!("\"{name}\":")).expect(name);
+    let names = [
+        "kind",
+        "reference",
+        "provider_movement_id",
+        "expected",
+        "found",
+        "first_seen_at",
+    ];
+    assert!(
+        names.windows(2).all(|w| at(w[0]) < at(w[1])) && raw.starts_with("{\"kind\":"),
+        "the contract's order of fields: {raw}"
+    );
+    let line: serde_json::Value = serde_json::from_str(&raw).unwrap();
     assert_eq!(line["kind"], "amount_mismatch");
     assert_eq!(line["provider_movement_id"], "mv_script_4");
     assert_eq!(line["expected"], json!({"amount": 3000, "currency": "usd"}));
