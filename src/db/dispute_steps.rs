@@ -52,14 +52,24 @@ pub fn insert(conn: &mut DbConnection, row: &DisputeStepRow) -> QueryResult<()> 
         .map(|_| ())
 }
 
+/// The step that holds `key` on its endpoint: the close's, or the evidence's (saved or
+/// submitted), which are two scopes (unique on merchant, `kind = 'close'`, key).
 pub fn find_by_idempotency_key(
     conn: &mut DbConnection,
     merchant_id: &str,
+    kind: &str,
     key: &str,
 ) -> QueryResult<Option<DisputeStepRow>> {
-    dispute_steps::table
+    let query = dispute_steps::table
         .filter(dispute_steps::merchant_id.eq(super::unplanned(merchant_id)))
         .filter(dispute_steps::idempotency_key.eq(key))
+        .into_boxed();
+    let query = if kind == CLOSE {
+        query.filter(dispute_steps::kind.eq(CLOSE))
+    } else {
+        query.filter(dispute_steps::kind.ne(CLOSE))
+    };
+    query
         .select(DisputeStepRow::as_select())
         .first(conn)
         .optional()

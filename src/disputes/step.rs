@@ -46,6 +46,15 @@ impl Operation for DisputeStep {
         RESOURCE
     }
 
+    /// Two endpoints, two scopes of keys: the evidence's (saved or submitted) and the close's.
+    fn scope(row: &DisputeStepRow) -> &'static str {
+        if row.kind == CLOSE {
+            "dispute_close"
+        } else {
+            "dispute_evidence"
+        }
+    }
+
     fn claim(
         conn: &mut DbConnection,
         claim: &DisputeStepRow,
@@ -58,7 +67,8 @@ impl Operation for DisputeStep {
         conn: &mut DbConnection,
         claim: &DisputeStepRow,
     ) -> diesel::QueryResult<Option<DisputeStepRow>> {
-        steps::find_by_idempotency_key(conn, &claim.merchant_id, &claim.idempotency_key)
+        let (merchant, kind, key) = (&claim.merchant_id, &claim.kind, &claim.idempotency_key);
+        steps::find_by_idempotency_key(conn, merchant, kind, key)
     }
 
     fn call_for(_: &mut DbConnection, row: &DisputeStepRow) -> diesel::QueryResult<String> {

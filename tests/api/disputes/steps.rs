@@ -206,6 +206,44 @@ async fn a_step_the_provider_refuses_is_the_keys_final_409_and_lets_the_dispute_
     assert_eq!(calls() - before, 2);
 }
 
+/// A key's scope is one merchant and one endpoint: the same key saves evidence on a dispute
+/// and then closes it, each once.
+#[actix_web::test]
+async fn one_key_on_the_evidence_and_on_the_close_is_two_requests() {
+    let app = spawn_app_with(quick_disputes).await;
+    let payment = app.disputed_payment("pay-one-key", 1200).await;
+    let dispute = app
+        .dispute_when(payment["id"].as_str().unwrap(), "needs_response")
+        .await;
+    let id = dispute["id"].as_str().unwrap();
+    let (save, close) = (
+        format!("/v1/disputes/{id}"),
+        format!("/v1/disputes/{id}/close"),
+    );
+    let draft = json!({"evidence": {"text": "a draft"}});
+    let saved = app.post_dispute(&save, "one-key", &draft).await;
+    assert_eq!(saved.status, 200, "{}", saved.text());
+    let closed = app.post_dispute(&close, "one-key", &json!({})).await;
+    assert_eq!(closed.status, 200, "{}", closed.text());
+    assert_eq!(closed.json()["status"], "lost");
+    assert_eq!(
+        app.simulator.disputes.calls(),
+        1,
+        "the close was asked once"
+    );
+
+    // Each endpoint's key still keeps its own request.
+    let replayed = app.post_dispute(&save, "one-key", &draft).await;
+    assert_eq!(replayed.body, saved.body);
+    assert_eq!(replayed.header("idempotent-replayed"), Some("true"));
+    app.post_dispute(&save, "one-key", &json!({"evidence": {"text": "another"}}))
+        .await
+        .assert_problem(422, "idempotency_key_reused");
+    let again = app.post_dispute(&close, "one-key", &json!({})).await;
+    assert_eq!(again.body, closed.body);
+    assert_eq!(app.simulator.disputes.calls(), 1);
+}
+
 /// A step asked for while another is at the provider is refused without being stored: the
 /// dispute is still `needs_response`, and if the provider refuses the other step, the same
 /// key then takes this one.
