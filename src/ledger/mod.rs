@@ -34,8 +34,7 @@ pub enum Kind {
     RefundFailure,
     Payout,
     PayoutFailure,
-    /// A dispute opened (posted by disputes, which are not served yet: the type is known to
-    /// the API already, so filters on it are valid).
+    /// A dispute opened.
     Dispute,
     /// A dispute won.
     DisputeReversal,

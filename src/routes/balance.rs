@@ -40,7 +40,7 @@ pub async fn get_balance(
         ("limit" = Option<i64>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 10)"),
         ("starting_after" = Option<String>, Query, description = "A balance transaction id (`txn_…`): the page after it"),
         ("type" = Option<crate::ledger::view::TransactionType>, Query, description = "Only transactions of this type"),
-        ("source" = Option<String>, Query, description = "Only the transactions of this object (`pay_…`, `re_…`, `po_…`)"),
+        ("source" = Option<String>, Query, description = "Only the transactions of this object (`pay_…`, `re_…`, `po_…`, `dp_…`)"),
     ),
     responses(
         (status = 200, description = "A page of balance transactions", body = crate::ledger::view::TransactionList),
@@ -78,7 +78,8 @@ pub async fn list_transactions(
                 .ok_or_else(|| {
                     ApiError::invalid(
                         "source",
-                        "`source` must be the id of a payment (pay_…), a refund (re_…) or a payout (po_…)",
+                        "`source` must be the id of a payment (pay_…), a refund (re_…), a payout (po_…) \
+                         or a dispute (dp_…)",
                     )
                 })
         })
