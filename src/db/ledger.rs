@@ -246,6 +246,23 @@ const RULES: &[&str] = &[
             || CAST(COUNT(e.transaction_id) AS TEXT) || ' entries' AS detail \
      FROM balance_transactions t LEFT JOIN ledger_entries e ON e.transaction_id = t.id \
      GROUP BY t.id HAVING COALESCE(SUM(e.amount), 0) <> 0 OR COUNT(e.transaction_id) = 0",
+    // Each transaction's own entries say what it says: its merchant's balance moves by its
+    // net, the platform's fees by its fee, all in its merchant and currency (entries that
+    // sum to zero could still move money between the two, and the balances agree in total).
+    "SELECT 'entries_match_transaction' AS rule, t.id AS subject, \
+            'net ' || CAST(t.net AS TEXT) || ', fee ' || CAST(t.fee AS TEXT) \
+            || '; merchant balance entries ' || CAST(COALESCE(SUM(CASE WHEN \
+                e.account = 'merchant_balance' THEN e.amount END), 0) AS TEXT) \
+            || ', platform fee entries ' || CAST(COALESCE(SUM(CASE WHEN \
+                e.account = 'platform_fees' THEN e.amount END), 0) AS TEXT) AS detail \
+     FROM balance_transactions t JOIN ledger_entries e ON e.transaction_id = t.id \
+     GROUP BY t.id, t.net, t.fee \
+     HAVING COALESCE(SUM(CASE WHEN e.account = 'merchant_balance' THEN e.amount END), 0) \
+                <> t.net \
+         OR COALESCE(SUM(CASE WHEN e.account = 'platform_fees' THEN e.amount END), 0) \
+                <> t.fee \
+         OR SUM(CASE WHEN e.merchant_id <> t.merchant_id OR e.currency <> t.currency \
+                THEN 1 ELSE 0 END) > 0",
     // Every entry belongs to a transaction (no foreign key says so: see the migration
     // `ledger_entries_unreferenced`).
     "SELECT 'entry_has_transaction' AS rule, e.transaction_id AS subject, \

@@ -364,7 +364,15 @@ async fn ledger_verify_passes_a_true_ledger_and_names_each_violation() {
                  INSERT INTO ledger_entries (transaction_id, account, merchant_id, currency, amount)
                  VALUES ('txn_broken', 'merchant_balance', '{merchant_id}', 'usd', 5);
                  INSERT INTO ledger_entries (transaction_id, account, merchant_id, currency, amount)
-                 VALUES ('txn_orphan', 'platform_fees', '{merchant_id}', 'usd', 7);"
+                 VALUES ('txn_orphan', 'platform_fees', '{merchant_id}', 'usd', 7);
+                 INSERT INTO balance_transactions (id, merchant_id, txn_type, source_id, amount,
+                     fee, net, currency, available_on, created_at)
+                 VALUES ('txn_shifted', '{merchant_id}', 'dispute_reversal', 'dp_shifted', 10,
+                     0, 10, 'usd', '2026-01-01 00:00:00', '2026-01-01 00:00:00');
+                 INSERT INTO ledger_entries (transaction_id, account, merchant_id, currency, amount)
+                 VALUES ('txn_shifted', 'merchant_balance', '{merchant_id}', 'usd', 15),
+                        ('txn_shifted', 'platform_fees', '{merchant_id}', 'usd', -5),
+                        ('txn_shifted', 'provider_held', '{merchant_id}', 'usd', -10);"
             ))
         })
         .await
@@ -375,11 +383,17 @@ async fn ledger_verify_passes_a_true_ledger_and_names_each_violation() {
         "entries_sum_to_zero",
         "payment_charges",
         "entry_has_transaction",
+        "entries_match_transaction",
     ] {
         assert!(out.contains(rule), "{rule} not reported: {out}");
     }
     assert!(out.contains("txn_broken"), "{out}");
     assert!(out.contains("txn_orphan"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("entries_match_transaction") && l.contains("txn_shifted")),
+        "entries that sum to zero but move fees into the balance: {out}"
+    );
     assert!(out.lines().last().unwrap().contains("violations"), "{out}");
     // This test broke its ledger on purpose: the check at the end of every test would fail.
     std::mem::forget(app);
