@@ -33,6 +33,7 @@ pub async fn read_json_body(
     if !essence.eq_ignore_ascii_case("application/json") {
         return Err(ApiError::UnsupportedMediaType);
     }
+    no_query(req)?;
     read_body(req, payload).await
 }
 
@@ -46,12 +47,19 @@ pub async fn read_optional_json_body(
     if has_content_type {
         return read_json_body(req, payload).await;
     }
+    no_query(req)?;
     let body = read_body(req, payload).await?;
     if body.is_empty() {
         Ok(body)
     } else {
         Err(ApiError::UnsupportedMediaType)
     }
+}
+
+/// An API POST takes all it asks for in its body: a query parameter (`?amount=5` on a
+/// capture) is 400, not silently ignored as if it had been honoured.
+fn no_query(req: &HttpRequest) -> Result<(), ApiError> {
+    Query::parse(req, &[]).map(|_| ())
 }
 
 /// How long a declared body may take to arrive, from the end of the headers.

@@ -86,3 +86,37 @@ async fn bad_requests_get_their_status_and_code_and_change_nothing() {
         .await
         .assert_problem(401, "unauthorized");
 }
+
+/// A POST takes what it asks for in its body: a query parameter is refused, not ignored as
+/// if it had been honoured (`?amount=5` on a capture would look like a partial capture).
+#[actix_web::test]
+async fn a_query_parameter_on_a_post_is_refused_and_changes_nothing() {
+    let app = spawn_app().await;
+    let headers = [
+        ("Authorization", format!("Bearer {}", app.api_key)),
+        ("Content-Type", "application/json".to_owned()),
+        ("Idempotency-Key", "with-query".to_owned()),
+    ];
+    let good = br#"{"amount":100,"currency":"usd","payment_method":"pm_card_visa"}"#.to_vec();
+    let payment_id = app.paid_payment(1000).await;
+    for path in [
+        "/v1/payments?amount=5".to_owned(),
+        format!("/v1/payments/{payment_id}/refunds?amount=5"),
+        format!("/v1/payments/{payment_id}/capture?amount=5"),
+        "/v1/payouts?amount=5".to_owned(),
+    ] {
+        let body = if path.starts_with("/v1/payments?") {
+            good.clone()
+        } else {
+            b"{}".to_vec()
+        };
+        let problem = app
+            .request("POST", &path, &headers, body)
+            .await
+            .assert_problem(400, "invalid_request");
+        assert_eq!(problem["param"], "amount", "{path}: {problem}");
+    }
+    assert_eq!(app.payment_rows().await, 1, "only the payment made before");
+    assert_eq!(app.simulator.charge_calls(), 1);
+    assert_eq!(app.simulator.refund_calls(), 0);
+}
