@@ -311,9 +311,30 @@ pub fn deferred_payment_of(
 ) -> QueryResult<Option<String>> {
     deferred_disputes::table
         .filter(deferred_disputes::provider_dispute_id.eq(provider_dispute_id))
+        .filter(deferred_disputes::payment_id.ne(UNTIL_OPENED))
         .select(deferred_disputes::payment_id)
         .first(conn)
         .optional()
+}
+
+/// What a kept event's `payment_id` is while it waits for its dispute to open rather than
+/// for a payment (a move that came before the dispute's opening).
+pub const UNTIL_OPENED: &str = "";
+
+/// The kept moves of a provider dispute that came before its opening, oldest first.
+pub fn kept_moves(
+    conn: &mut DbConnection,
+    provider_dispute_id: &str,
+) -> QueryResult<Vec<DeferredRow>> {
+    deferred_disputes::table
+        .filter(deferred_disputes::provider_dispute_id.eq(provider_dispute_id))
+        .filter(deferred_disputes::payment_id.eq(UNTIL_OPENED))
+        .order((
+            deferred_disputes::created_at.asc(),
+            deferred_disputes::webhook_id.asc(),
+        ))
+        .select(DeferredRow::as_select())
+        .load(conn)
 }
 
 /// Kept events whose payment is final now, oldest first.

@@ -81,6 +81,8 @@ pub(super) enum Applied {
     DisputeDeferred {
         payment_id: String,
     },
+    /// A move of a dispute that has not opened here yet: kept, and applied when it opens.
+    DisputeMoveKept,
     /// The payment ended without a capture: no dispute can open on it.
     DisputeNotCaptured {
         payment_id: String,
@@ -144,10 +146,16 @@ fn open_dispute(
             .map(|t| t.naive_utc()),
     };
     Ok(match disputes::open(conn, &opening, at, policy)? {
-        Opened::Opened(row) => Applied::DisputeOpened {
-            dispute_id: row.id,
-            payment_id: row.payment_id,
-        },
+        Opened::Opened(row) => {
+            // The moves that came before it, oldest first, now that there is what they move.
+            for kept in dispute_rows::kept_moves(conn, &data.dispute_id)? {
+                super::deferred::apply_kept(conn, &kept, at, policy)?;
+            }
+            Applied::DisputeOpened {
+                dispute_id: row.id,
+                payment_id: row.payment_id,
+            }
+        }
         Opened::Known(row) => Applied::DisputeAlreadyOpen { dispute_id: row.id },
         Opened::PaymentNotFinal(payment_id) => {
             let body = serde_json::to_string(&data)
@@ -188,26 +196,23 @@ fn move_dispute(
         }
     };
     let Some(dispute) = dispute_rows::find_by_provider_id(conn, &data.dispute_id)? else {
-        if let Some(payment_id) = dispute_rows::deferred_payment_of(conn, &data.dispute_id)? {
-            let kind = if closing {
-                DISPUTE_CLOSED
-            } else {
-                DISPUTE_UPDATED
-            };
-            let body = serde_json::to_string(&data)
-                .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
-            defer(
-                conn,
-                webhook_id,
-                &data.dispute_id,
-                &payment_id,
-                kind,
-                body,
-                at,
-            )?;
-            return Ok(Applied::DisputeDeferred { payment_id });
-        }
-        return Ok(Applied::UnknownReference);
+        // Kept: with its dispute's opening if that waits for its payment, else until the
+        // opening comes (a provider's webhooks are not ordered; a move never followed by
+        // its opening stays kept and moves nothing).
+        let waits_for = dispute_rows::deferred_payment_of(conn, &data.dispute_id)?;
+        let kind = if closing {
+            DISPUTE_CLOSED
+        } else {
+            DISPUTE_UPDATED
+        };
+        let body = serde_json::to_string(&data)
+            .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
+        let until = waits_for.as_deref().unwrap_or(dispute_rows::UNTIL_OPENED);
+        defer(conn, webhook_id, &data.dispute_id, until, kind, body, at)?;
+        return Ok(match waits_for {
+            Some(payment_id) => Applied::DisputeDeferred { payment_id },
+            None => Applied::DisputeMoveKept,
+        });
     };
     Ok(match disputes::advance(conn, dispute, to, at, None)? {
         Advanced::Moved(row) => Applied::DisputeMoved {
@@ -512,6 +517,9 @@ pub(super) fn log_applied(id: &str, event_type: &str, applied: &Applied) {
         }
         Applied::DisputeDeferred { payment_id } => {
             tracing::info!(webhook_id = %id, %event_type, %payment_id, "dispute event kept until its payment is final");
+        }
+        Applied::DisputeMoveKept => {
+            tracing::info!(webhook_id = %id, %event_type, "move of a dispute not opened here yet; kept until it opens");
         }
         Applied::DisputeNotCaptured { payment_id } => {
             tracing::warn!(webhook_id = %id, %event_type, %payment_id, "dispute for a payment that ended without a capture; recorded only");

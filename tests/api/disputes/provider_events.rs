@@ -143,6 +143,47 @@ async fn dispute_events_that_cannot_apply_are_recorded_and_change_nothing() {
     );
 }
 
+/// The provider's webhooks are not ordered: a dispute's close that comes before its opening
+/// is kept, and the dispute, once opened, ends as the close says (not stuck open).
+#[actix_web::test]
+async fn a_close_that_comes_before_its_opening_is_applied_when_the_dispute_opens() {
+    let app = spawn_app().await;
+    let paid = app.visa_payment("pay-early-close", 1000).await;
+    let payment_id = paid["id"].as_str().unwrap();
+    app.provider_event("charge.dispute.updated", moving("du_early", "under_review"))
+        .await;
+    app.provider_event("charge.dispute.closed", moving("du_early", "won"))
+        .await;
+    assert!(app.all_disputes().await.is_empty(), "nothing to move yet");
+
+    app.provider_event("charge.dispute.created", opening("du_early", &paid, 1000))
+        .await;
+    let disputes = app.all_disputes().await;
+    assert_eq!(disputes.len(), 1);
+    assert_eq!(disputes[0]["status"], "won");
+    let dispute_id = disputes[0]["id"].as_str().unwrap();
+    let moved = app
+        .get(&format!("/v1/balance_transactions?source={dispute_id}"))
+        .await
+        .json();
+    let mut types: Vec<&str> = moved["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["type"].as_str().unwrap())
+        .collect();
+    types.sort_unstable();
+    assert_eq!(types, ["dispute", "dispute_reversal"]);
+    let events = app.get("/v1/events?type=dispute.closed").await.json();
+    assert_eq!(events["data"].as_array().map(Vec::len), Some(1));
+    let payment = app.payment_json(payment_id).await;
+    assert_eq!(payment["amount_disputed"], 0, "a won dispute holds nothing");
+    let refund = app
+        .post_refund(payment_id, "after-won", &json!({"amount": 100}))
+        .await;
+    assert_eq!(refund.status, 201, "{}", refund.text());
+}
+
 #[actix_web::test]
 async fn dispute_events_for_a_payment_not_final_yet_wait_for_it() {
     let app = spawn_app_with(|s| {
