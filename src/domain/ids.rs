@@ -50,6 +50,13 @@ macro_rules! prefixed_id {
                 Self(format!("{}{}", Self::PREFIX, uuid::Uuid::now_v7().simple()))
             }
 
+            /// An id for an object whose `created_at` is `at`, decided before the id is
+            /// made: its UUIDv7 carries `at` to the microsecond, so that ids sort as the
+            /// objects' `created_at` do ([`v7_at`]).
+            pub fn generate_at(at: crate::domain::Timestamp) -> Self {
+                Self(format!("{}{}", Self::PREFIX, v7_at(at).simple()))
+            }
+
             /// A bound below every id made at or after `at` and above every id made before
             /// it (a UUIDv7 starts with its millisecond): a time range is an id range.
             pub fn first_at(at: crate::domain::Timestamp) -> String {
@@ -152,6 +159,20 @@ impl fmt::Display for OperationId {
     }
 }
 
+/// A UUIDv7 for the moment `at`: its 48-bit millisecond, then in the 12 bits RFC 9562 lets a
+/// generator use for finer time (its method 3) the fraction of that millisecond, then 62
+/// random bits. Two such ids order as their moments do, to the microsecond; ids of one
+/// microsecond (equal `created_at`) order at random.
+fn v7_at(at: crate::domain::Timestamp) -> uuid::Uuid {
+    let micros = u128::try_from(at.and_utc().timestamp_micros()).unwrap_or(0);
+    let (ms, sub_ms) = (micros / 1000, micros % 1000);
+    let fraction = sub_ms * 4096 / 1000;
+    let random = uuid::Uuid::new_v4().as_u128() & ((1 << 62) - 1);
+    uuid::Uuid::from_u128(
+        (ms & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | fraction << 64 | 0b10 << 62 | random,
+    )
+}
+
 fn is_simple_uuid(hex: &str) -> bool {
     hex.len() == 32
         && hex
@@ -175,7 +196,30 @@ pub fn new_lease_token() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{DeliveryId, EventId, PaymentId, RefundId};
+    use super::{DeliveryId, EventId, PaymentId, RefundId, TransactionId};
+
+    #[test]
+    fn ids_made_for_a_moment_sort_as_their_moments_to_the_microsecond() {
+        let base = chrono::NaiveDate::from_ymd_opt(2026, 11, 29)
+            .and_then(|d| d.and_hms_micro_opt(8, 6, 26, 813_400))
+            .unwrap();
+        let mut previous = TransactionId::generate_at(base);
+        assert!(TransactionId::is_valid(previous.as_str()));
+        let version = previous.as_str().as_bytes()[4 + 12];
+        assert_eq!(version, b'7', "a UUIDv7: {}", previous.as_str());
+        for step in [1, 2, 9, 999, 1000, 1001, 86_400_000_000] {
+            let at = base + chrono::Duration::microseconds(step);
+            let next = TransactionId::generate_at(at);
+            assert!(
+                next > previous,
+                "{} after {}",
+                next.as_str(),
+                previous.as_str()
+            );
+            assert!(next.as_str() >= TransactionId::first_at(at).as_str());
+            previous = TransactionId::generate_at(at);
+        }
+    }
 
     #[test]
     fn refund_ids_are_time_ordered_and_parse_back() {

@@ -284,7 +284,10 @@ pub fn rows_of(postings: &[Posting]) -> (Vec<TransactionRow>, Vec<EntryRow>) {
     let mut transactions = Vec::with_capacity(postings.len());
     let mut entries = Vec::with_capacity(postings.len() * 3);
     for posting in postings {
-        let id = TransactionId::generate().into_string();
+        // Lists are newest first by id: an id made from the movement's own time keeps them
+        // in the order of `created_at` (made when the change was decided, before a batch
+        // or a claim's transaction wrote it).
+        let id = TransactionId::generate_at(posting.created_at).into_string();
         entries.extend(posting.entries(&id));
         transactions.push(TransactionRow {
             id,

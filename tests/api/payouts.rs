@@ -295,4 +295,21 @@ async fn concurrent_payouts_over_three_instances_never_pay_more_than_is_availabl
         "one provider payout each"
     );
     assert_eq!(apps[2].available_usd().await, 1000);
+    // Newest first is newest by `created_at` too, though the claims were decided before
+    // their transactions committed, in whatever order the instances wrote them.
+    let listed = apps[0]
+        .get("/v1/balance_transactions?limit=100")
+        .await
+        .json();
+    let times: Vec<&str> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["created_at"].as_str().unwrap())
+        .collect();
+    assert!(times.len() >= 7, "the charges and six payouts: {times:?}");
+    assert!(
+        times.windows(2).all(|w| w[0] >= w[1]),
+        "listed newest first: {times:?}"
+    );
 }
