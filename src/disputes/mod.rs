@@ -104,7 +104,11 @@ pub fn open(
         Some("charge_id")
     } else if !opening.currency.eq_ignore_ascii_case(&payment.currency) {
         Some("currency")
-    } else if opening.amount < 1 || opening.amount > payment.amount_captured {
+    } else if opening.amount < 1
+        || opening.amount > payment.amount_captured - payment.amount_disputed
+    {
+        // Its other open and lost disputes hold part of the capture already: together
+        // they cannot take back more than was captured.
         Some("amount")
     } else {
         None

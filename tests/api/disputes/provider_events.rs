@@ -143,6 +143,33 @@ async fn dispute_events_that_cannot_apply_are_recorded_and_change_nothing() {
     );
 }
 
+/// A payment's disputes together take back at most what was captured: one that would go
+/// past it is recorded and changes nothing.
+#[actix_web::test]
+async fn disputes_of_one_payment_never_hold_more_than_was_captured() {
+    let app = spawn_app().await;
+    let paid = app.visa_payment("pay-two-disputes", 1000).await;
+    let payment_id = paid["id"].as_str().unwrap();
+    for (id, amount) in [("du_first", 600), ("du_too_much", 500), ("du_rest", 400)] {
+        app.provider_event("charge.dispute.created", opening(id, &paid, amount))
+            .await;
+    }
+    let mut opened: Vec<String> = app
+        .all_disputes()
+        .await
+        .iter()
+        .map(|d| d["provider_dispute_id"].as_str().unwrap().to_owned())
+        .collect();
+    opened.sort();
+    assert_eq!(opened, ["du_first", "du_rest"]);
+    assert_eq!(app.payment_json(payment_id).await["amount_disputed"], 1000);
+    let moved = app
+        .get("/v1/balance_transactions?type=dispute")
+        .await
+        .json();
+    assert_eq!(moved["data"].as_array().map(Vec::len), Some(2));
+}
+
 /// The provider's webhooks are not ordered: a dispute's close that comes before its opening
 /// is kept, and the dispute, once opened, ends as the close says (not stuck open).
 #[actix_web::test]
