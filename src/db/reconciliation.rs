@@ -71,6 +71,7 @@ pub fn payouts_by_id(conn: &mut DbConnection, ids: &[&str]) -> QueryResult<Vec<O
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = disputes)]
 pub struct OurDispute {
+    pub id: String,
     pub payment_id: String,
     #[diesel(deserialize_as = String)]
     pub status: DisputeStatus,
@@ -145,6 +146,9 @@ pub fn forget_run(conn: &mut DbConnection, run_id: &str) -> QueryResult<()> {
 pub struct OurMove {
     pub movement_type: &'static str,
     pub reference: String,
+    /// Which of the reference's moves of this type it is, when it may have several: the
+    /// dispute, for a dispute's movements (they name its payment).
+    pub dispute: Option<String>,
     pub amount: i64,
     pub currency: String,
     pub at: Timestamp,
@@ -183,6 +187,7 @@ pub fn unmatched_charges(
     Ok(rows
         .into_iter()
         .map(|(reference, method, amount, currency, at)| OurMove {
+            dispute: None,
             movement_type: if method == "manual" {
                 "capture"
             } else {
@@ -230,6 +235,7 @@ macro_rules! unmatched_final {
             Ok(rows
                 .into_iter()
                 .map(|(reference, amount, currency, at)| OurMove {
+                    dispute: None,
                     movement_type: $movement,
                     reference,
                     amount,
@@ -259,31 +265,34 @@ pub fn unmatched_disputes(
     after: &str,
     limit: i64,
 ) -> QueryResult<Vec<(String, OurMove)>> {
+    // A run marks a dispute's movement seen by the dispute's id: a payment may have several.
     let matched = reconciliation_seen::table
         .filter(reconciliation_seen::run_id.eq(run_id))
         .filter(reconciliation_seen::movement_type.eq(balance_transactions::txn_type))
-        .filter(reconciliation_seen::reference.eq(disputes::payment_id));
-    let rows: Vec<(String, String, String, i64, String, Timestamp)> = balance_transactions::table
-        .inner_join(disputes::table.on(disputes::id.eq(balance_transactions::source_id)))
-        .filter(balance_transactions::txn_type.eq_any(["dispute", "dispute_reversal"]))
-        .filter(balance_transactions::created_at.ge(from))
-        .filter(balance_transactions::created_at.lt(to))
-        .filter(balance_transactions::id.gt(after))
-        .filter(not(exists(matched)))
-        .order(balance_transactions::id.asc())
-        .limit(limit)
-        .select((
-            balance_transactions::id,
-            balance_transactions::txn_type,
-            disputes::payment_id,
-            disputes::amount,
-            balance_transactions::currency,
-            balance_transactions::created_at,
-        ))
-        .load(conn)?;
+        .filter(reconciliation_seen::reference.eq(disputes::id));
+    let rows: Vec<(String, String, String, String, i64, String, Timestamp)> =
+        balance_transactions::table
+            .inner_join(disputes::table.on(disputes::id.eq(balance_transactions::source_id)))
+            .filter(balance_transactions::txn_type.eq_any(["dispute", "dispute_reversal"]))
+            .filter(balance_transactions::created_at.ge(from))
+            .filter(balance_transactions::created_at.lt(to))
+            .filter(balance_transactions::id.gt(after))
+            .filter(not(exists(matched)))
+            .order(balance_transactions::id.asc())
+            .limit(limit)
+            .select((
+                balance_transactions::id,
+                balance_transactions::txn_type,
+                disputes::id,
+                disputes::payment_id,
+                disputes::amount,
+                balance_transactions::currency,
+                balance_transactions::created_at,
+            ))
+            .load(conn)?;
     Ok(rows
         .into_iter()
-        .map(|(txn, kind, reference, amount, currency, at)| {
+        .map(|(txn, kind, dispute, reference, amount, currency, at)| {
             let movement_type = if kind == "dispute" {
                 "dispute"
             } else {
@@ -294,6 +303,7 @@ pub fn unmatched_disputes(
                 OurMove {
                     movement_type,
                     reference,
+                    dispute: Some(dispute),
                     amount,
                     currency,
                     at,

@@ -1,7 +1,7 @@
 //! Judging one provider movement against what we hold for its reference: a pure function of
 //! the movement and our records, so every rule is in one place and tested without a database.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::{DiscrepancyKind, Money};
 use crate::db::reconciliation::{OurDispute, OurPayment, OurPayout, OurRefund};
@@ -26,12 +26,18 @@ pub(super) enum Judgement {
     /// We have no money move it could be.
     MissingHere,
     /// It is the movement of one of our money moves, which moved `expected`; `None`: it
-    /// agrees, else how it does not.
+    /// agrees, else how it does not. `dispute`: which of the payment's disputes it is (a
+    /// dispute's movement names its payment, which may have several).
     Ours {
         expected: Money,
         disagreement: Option<DiscrepancyKind>,
+        dispute: Option<String>,
     },
 }
+
+/// The movements a run has matched already, by kind and our id (the dispute's for dispute
+/// movements, else the reference).
+pub(super) type Seen = HashSet<(MovementKind, String)>;
 
 fn compare(expected: Money, movement: &SettlementMovement) -> Judgement {
     let disagreement = if !expected.currency.eq_ignore_ascii_case(&movement.currency) {
@@ -44,6 +50,7 @@ fn compare(expected: Money, movement: &SettlementMovement) -> Judgement {
     Judgement::Ours {
         expected,
         disagreement,
+        dispute: None,
     }
 }
 
@@ -54,7 +61,7 @@ fn money(amount: i64, currency: &str) -> Money {
     }
 }
 
-pub(super) fn judge(movement: &SettlementMovement, ours: &Ours) -> Judgement {
+pub(super) fn judge(movement: &SettlementMovement, ours: &Ours, seen: &Seen) -> Judgement {
     let reference = movement.reference.as_str();
     match movement.kind {
         MovementKind::Charge | MovementKind::Capture => {
@@ -99,13 +106,32 @@ pub(super) fn judge(movement: &SettlementMovement, ours: &Ours) -> Judgement {
                 .iter()
                 .filter(|d| !reversal || d.status == DisputeStatus::Won)
                 .collect();
-            // Of several disputes of one payment, the one of the same amount.
+            // A payment may have several disputes: the movement is the one of the same
+            // amount this run has not matched yet; else another movement for one of that
+            // amount already matched (a duplicate); else one not matched yet, of another
+            // amount (a mismatch).
+            let unmatched = |d: &&&OurDispute| !seen.contains(&(movement.kind, d.id.clone()));
+            let same_amount = |d: &&&OurDispute| d.amount == movement.amount;
             let dispute = candidates
                 .iter()
-                .find(|d| d.amount == movement.amount)
+                .filter(unmatched)
+                .find(same_amount)
+                .or_else(|| candidates.iter().find(same_amount))
+                .or_else(|| candidates.iter().find(unmatched))
                 .or_else(|| candidates.first());
             match dispute {
-                Some(d) => compare(money(d.amount, &d.currency), movement),
+                Some(d) => match compare(money(d.amount, &d.currency), movement) {
+                    Judgement::Ours {
+                        expected,
+                        disagreement,
+                        ..
+                    } => Judgement::Ours {
+                        expected,
+                        disagreement,
+                        dispute: Some(d.id.clone()),
+                    },
+                    other => other,
+                },
                 // Open here: its reversal is on its way.
                 None if reversal && disputes.iter().any(|d| d.status.is_open()) => {
                     Judgement::NotFinal
@@ -180,6 +206,7 @@ mod tests {
         ours.disputes.insert(
             "pay_ok".into(),
             vec![OurDispute {
+                id: "dp_ok".into(),
                 payment_id: "pay_ok".into(),
                 status: DisputeStatus::UnderReview,
                 amount: 2000,
@@ -187,6 +214,47 @@ mod tests {
             }],
         );
         ours
+    }
+
+    #[test]
+    fn each_movement_of_a_payments_disputes_is_one_of_them() {
+        let mut ours = ours();
+        let dispute = |id: &str, amount| OurDispute {
+            id: id.into(),
+            payment_id: "pay_ok".into(),
+            status: DisputeStatus::Lost,
+            amount,
+            currency: "usd".into(),
+        };
+        ours.disputes.insert(
+            "pay_ok".into(),
+            vec![dispute("dp_a", 600), dispute("dp_b", 400)],
+        );
+        let mut seen = Seen::new();
+        let matched = |j: Judgement| match j {
+            Judgement::Ours {
+                disagreement,
+                dispute,
+                ..
+            } => (disagreement, dispute.unwrap_or_default()),
+            other => panic!("{other:?}"),
+        };
+        let dispute_of = |amount, seen: &Seen| {
+            matched(judge(
+                &movement(MovementKind::Dispute, "pay_ok", amount, "usd"),
+                &ours,
+                seen,
+            ))
+        };
+        assert_eq!(dispute_of(400, &seen), (None, "dp_b".to_owned()));
+        seen.insert((MovementKind::Dispute, "dp_b".into()));
+        // A second 400: the same dispute again (run.rs calls it a duplicate), not dp_a.
+        assert_eq!(dispute_of(400, &seen), (None, "dp_b".to_owned()));
+        assert_eq!(dispute_of(600, &seen), (None, "dp_a".to_owned()));
+        assert_eq!(
+            dispute_of(599, &seen),
+            (Some(DiscrepancyKind::AmountMismatch), "dp_a".to_owned())
+        );
     }
 
     fn verdict(j: Judgement) -> Option<Option<DiscrepancyKind>> {
@@ -199,7 +267,7 @@ mod tests {
     #[test]
     fn each_kind_of_movement_is_matched_to_its_own_kind_of_money_move() {
         let ours = ours();
-        let j = |m| judge(&m, &ours);
+        let j = |m| judge(&m, &ours, &Seen::new());
         assert_eq!(
             verdict(j(movement(MovementKind::Charge, "pay_ok", 2000, "usd"))),
             Some(None)

@@ -67,6 +67,9 @@ pub struct Discrepancy {
     pub movement_type: &'static str,
     pub reference: String,
     pub provider_movement_id: Option<String>,
+    /// Which of the reference's moves it is, when it may have several (a payment's
+    /// disputes): part of what the discrepancy is, not of what is printed.
+    pub dispute: Option<String>,
     pub expected: Option<Money>,
     pub found: Option<Money>,
     pub occurred_at: Timestamp,
@@ -75,13 +78,18 @@ pub struct Discrepancy {
 impl Discrepancy {
     /// What makes two findings the same discrepancy.
     pub fn fingerprint(&self) -> String {
-        format!(
+        let mut fingerprint = format!(
             "{}:{}:{}:{}",
             self.kind.as_str(),
             self.movement_type,
             self.reference,
             self.provider_movement_id.as_deref().unwrap_or("-")
-        )
+        );
+        if let Some(dispute) = &self.dispute {
+            fingerprint.push(':');
+            fingerprint.push_str(dispute);
+        }
+        fingerprint
     }
 }
 

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use super::judge::{Judgement, Ours, judge};
+use super::judge::{Judgement, Ours, Seen, judge};
 use super::{Discrepancy, DiscrepancyKind, Money, Window};
 use crate::db::reconciliation::{self as rows, DiscrepancyRow, OurMove, SeenRow};
 use crate::db::{Db, DbConnection, DbError};
@@ -246,6 +246,7 @@ async fn run(
                             movement_type: ours.movement_type,
                             reference: ours.reference,
                             provider_movement_id: None,
+                            dispute: ours.dispute,
                             expected: Some(Money {
                                 amount: ours.amount.abs(),
                                 currency: ours.currency,
@@ -318,14 +319,26 @@ fn judge_page(
     window: Window,
 ) -> diesel::QueryResult<(u64, Vec<Found>)> {
     let ours = our_records(conn, movements)?;
-    // What this run matched already, in earlier pages (in the table) or in this one.
-    let mut seen: HashSet<(MovementKind, String)> = HashSet::new();
+    // What this run matched already, in earlier pages (in the table) or in this one: by
+    // reference, or for a dispute's movements by the dispute (a payment may have several).
+    let mut seen = Seen::new();
     for kind in MovementKind::ALL {
-        let references: Vec<&str> = movements
-            .iter()
-            .filter(|m| m.kind == kind)
-            .map(|m| m.reference.as_str())
-            .collect();
+        if !movements.iter().any(|m| m.kind == kind) {
+            continue;
+        }
+        let references: Vec<&str> = match kind {
+            MovementKind::Dispute | MovementKind::DisputeReversal => ours
+                .disputes
+                .values()
+                .flatten()
+                .map(|d| d.id.as_str())
+                .collect(),
+            _ => movements
+                .iter()
+                .filter(|m| m.kind == kind)
+                .map(|m| m.reference.as_str())
+                .collect(),
+        };
         if references.is_empty() {
             continue;
         }
@@ -349,11 +362,12 @@ fn judge_page(
             movement_type: movement.kind.as_str(),
             reference: movement.reference.clone(),
             provider_movement_id: Some(movement.id.clone()),
+            dispute: None,
             expected,
             found: as_found(),
             occurred_at: movement.created_at,
         };
-        match judge(movement, &ours) {
+        match judge(movement, &ours, &seen) {
             Judgement::NotFinal => {}
             Judgement::MissingHere => {
                 if in_window {
@@ -363,8 +377,12 @@ fn judge_page(
             Judgement::Ours {
                 expected,
                 disagreement,
+                dispute,
             } => {
-                let key = (movement.kind, movement.reference.clone());
+                let key = (
+                    movement.kind,
+                    dispute.unwrap_or_else(|| movement.reference.clone()),
+                );
                 if seen.contains(&key) {
                     if in_window {
                         found.push(discrepancy(
@@ -374,13 +392,13 @@ fn judge_page(
                     }
                     continue;
                 }
-                seen.insert(key);
                 marks.push(SeenRow {
                     run_id: run_id.to_owned(),
                     movement_type: movement.kind.as_str().to_owned(),
-                    reference: movement.reference.clone(),
+                    reference: key.1.clone(),
                     movement_id: movement.id.clone(),
                 });
+                seen.insert(key);
                 if in_window {
                     match disagreement {
                         None => matched += 1,

@@ -105,7 +105,7 @@ impl TestApp {
     }
 
     /// Posts a provider event signed with the test secret, under a new webhook id.
-    async fn provider_event(&self, kind: &str, data: Value) -> TestResponse {
+    pub(crate) async fn provider_event(&self, kind: &str, data: Value) -> TestResponse {
         self.provider_event_with_id(&event_id(), kind, data).await
     }
 
@@ -123,7 +123,7 @@ impl TestApp {
 }
 
 /// `charge.dispute.created` data for `payment` (as the API shows it).
-fn opening(provider_dispute_id: &str, payment: &Value, amount: i64) -> Value {
+pub(crate) fn opening(provider_dispute_id: &str, payment: &Value, amount: i64) -> Value {
     json!({
         "dispute_id": provider_dispute_id,
         "charge_id": payment["provider_charge_id"],

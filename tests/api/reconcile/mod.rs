@@ -343,6 +343,60 @@ async fn each_kind_of_discrepancy_is_found_once_and_resolved_when_the_report_is_
     );
 }
 
+/// A dispute's movement names its payment, which may have several disputes: each movement
+/// is one of them, a missing one is found (and stored) on its own, and a third movement
+/// for two disputes is a duplicate.
+#[actix_web::test]
+async fn each_of_a_payments_disputes_has_its_own_movement() {
+    use MovementKind::{Charge, Dispute};
+    let app = spawn_app().await;
+    let paid = app.post_payment("two-disputes", &visa(1000)).await.json();
+    let payment = paid["id"].as_str().unwrap().to_owned();
+    for (id, amount) in [("du_six", 600), ("du_four", 400)] {
+        let data = crate::disputes::opening(id, &paid, amount);
+        app.provider_event("charge.dispute.created", data).await;
+    }
+    let report = ScriptedReport::default();
+    let charge = movement(1, Charge, &payment, 1000, "usd");
+
+    report.set(vec![
+        charge.clone(),
+        movement(2, Dispute, &payment, 400, "usd"),
+        movement(3, Dispute, &payment, 600, "usd"),
+    ]);
+    let (agreed, found) = run(&app, &report).await;
+    assert_eq!(kinds(&found), [], "each dispute has its movement");
+    assert_eq!(agreed.matched, 3);
+
+    report.set(vec![charge.clone()]);
+    let (_, found) = run(&app, &report).await;
+    assert_eq!(
+        kinds(&found),
+        [
+            ("missing_at_provider".to_owned(), payment.clone()),
+            ("missing_at_provider".to_owned(), payment.clone())
+        ]
+    );
+    let open = stored_discrepancies(&app)
+        .await
+        .into_iter()
+        .filter(|(_, resolved, _)| resolved.is_none())
+        .count();
+    assert_eq!(open, 2, "stored once each, not one over the other");
+
+    report.set(vec![
+        charge,
+        movement(2, Dispute, &payment, 600, "usd"),
+        movement(3, Dispute, &payment, 400, "usd"),
+        movement(4, Dispute, &payment, 400, "usd"),
+    ]);
+    let (_, found) = run(&app, &report).await;
+    assert_eq!(
+        kinds(&found),
+        [("duplicate_at_provider".to_owned(), payment.clone())]
+    );
+}
+
 #[actix_web::test]
 async fn one_run_at_a_time_and_each_scheduled_run_to_one_instance() {
     use futures_util::future::join_all;
