@@ -268,7 +268,18 @@ pub async fn pay_out(
     })
     .await;
     match acted {
-        Acted::Done(..) => layout::see_other("/dashboard/balance?done=payout"),
+        // The page says what became of it: a payout can fail at once (a closed account).
+        Acted::Done(_, answer) => {
+            let status = serde_json::from_str::<serde_json::Value>(&answer.body)
+                .ok()
+                .and_then(|payout| payout["status"].as_str().map(str::to_owned));
+            let done = match status.as_deref() {
+                Some("paid") => "payout_paid",
+                Some("failed") => "payout_failed",
+                _ => "payout_pending",
+            };
+            layout::see_other(&format!("/dashboard/balance?done={done}"))
+        }
         Acted::Refused(session, status, detail) => {
             super::money_pages::render_balance(&state, &session, status, None, Some(&detail)).await
         }

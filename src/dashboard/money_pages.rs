@@ -98,7 +98,12 @@ pub async fn balance(
     req: HttpRequest,
     session: Session,
 ) -> HttpResponse {
-    let notice = (done(&req).as_deref() == Some("payout")).then_some("Payout requested.");
+    let notice = match done(&req).as_deref() {
+        Some("payout_paid") => Some("Payout paid."),
+        Some("payout_failed") => Some("Payout failed: nothing was paid out (see its row below)."),
+        Some("payout_pending") => Some("Payout requested: the provider has not finished it yet."),
+        _ => None,
+    };
     render_balance(&state, &session, 200, notice, None).await
 }
 

@@ -455,17 +455,42 @@ async fn disputes_are_answered_and_money_paid_out_from_the_dashboard_once() {
         ("destination", "ba_test_instant"),
     ];
     for _ in 0..2 {
+        let sent = visitor.post("/dashboard/balance/payout", &fields).await;
+        assert_eq!(sent.status, 303);
         assert_eq!(
-            visitor
-                .post("/dashboard/balance/payout", &fields)
-                .await
-                .status,
-            303
+            sent.header("location"),
+            Some("/dashboard/balance?done=payout_paid")
         );
     }
     assert_eq!(app.simulator.payouts.all().len(), 1);
-    let html = visitor.get("/dashboard/balance?done=payout").await.text();
-    assert!(html.contains("Payout requested.") && html.contains("paid"));
+    let html = visitor
+        .get("/dashboard/balance?done=payout_paid")
+        .await
+        .text();
+    assert!(html.contains("Payout paid.") && html.contains("paid"));
+    // One that fails at once says so.
+    let declined_key = input_value(&html, "/payout", "idempotency_key");
+    let declined = visitor
+        .post(
+            "/dashboard/balance/payout",
+            &[
+                ("csrf_token", csrf.as_str()),
+                ("idempotency_key", declined_key.as_str()),
+                ("amount", "1.00"),
+                ("currency", "usd"),
+                ("destination", "ba_test_declined"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        declined.header("location"),
+        Some("/dashboard/balance?done=payout_failed")
+    );
+    let html = visitor
+        .get("/dashboard/balance?done=payout_failed")
+        .await
+        .text();
+    assert!(html.contains("Payout failed"), "{html}");
     let fresh = input_value(&html, "/payout", "idempotency_key");
     let too_much = visitor
         .post(
@@ -484,7 +509,11 @@ async fn disputes_are_answered_and_money_paid_out_from_the_dashboard_once() {
         "{}",
         too_much.text()
     );
-    assert_eq!(app.simulator.payouts.all().len(), 1);
+    assert_eq!(
+        app.simulator.payouts.all().len(),
+        2,
+        "the paid one and the declined one; the refused one never reached the provider"
+    );
 }
 
 #[actix_web::test]
