@@ -139,7 +139,9 @@ fn main() -> ExitCode {
         // The other commands log nothing: their stdout is their output, for scripts.
         Command::Migrate => connect(settings).map(|_| println!("migrations applied")),
         Command::ApiKeys(command) => connect(settings).and_then(|db| api_keys(&db, command)),
-        Command::Ledger(LedgerCommand::Verify) => connect(settings).and_then(|db| verify(&db)),
+        Command::Ledger(LedgerCommand::Verify) => existing(&settings)
+            .and_then(|()| connect(settings))
+            .and_then(|db| verify(&db)),
         Command::Reconcile { from, to } => return reconcile(settings, from, to),
     };
     match result {
@@ -155,6 +157,18 @@ fn main() -> ExitCode {
 fn connect(mut settings: Settings) -> Result<Db, String> {
     settings.database_pool_size = 1;
     connect_and_migrate(&settings).map_err(|e| e.to_string())
+}
+
+/// A check of a database must not make one: a SQLite file that is not there (a mistyped
+/// path) is an error, not an empty database that passes.
+fn existing(settings: &Settings) -> Result<(), String> {
+    use payments_api::db::pool::DatabaseTarget;
+    match DatabaseTarget::parse(&settings.database_url) {
+        Ok(DatabaseTarget::Sqlite(path)) if !path.exists() => {
+            Err(format!("no database at {}", path.display()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Exit status of `reconcile` when discrepancies are open.

@@ -400,6 +400,16 @@ async fn ledger_verify_passes_a_true_ledger_and_names_each_violation() {
     drop(database);
 }
 
+/// A check must not make what it checks: `ledger verify` on a SQLite path with no file there
+/// (a typo) fails, and leaves no empty database behind that would pass next time.
+#[test]
+fn ledger_verify_of_a_database_that_is_not_there_fails_and_makes_none() {
+    let path = std::env::temp_dir().join(format!("no-ledger-{}.db", uuid::Uuid::new_v4()));
+    let (code, out) = verify_command(&format!("sqlite://{}", path.display()));
+    assert_eq!(code, 1, "{out}");
+    assert!(!path.exists(), "verify made {}", path.display());
+}
+
 #[actix_web::test]
 async fn an_upgraded_database_gets_the_transactions_of_what_existed_before_the_ledger() {
     let (database, url) = TestDatabase::create();
