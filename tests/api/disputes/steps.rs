@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use serde_json::json;
 
 use super::DISPUTE_FEE;
-use crate::support::{spawn_app_with, spawn_app_with_provider, spawn_provider};
+use crate::support::{TestApp, spawn_app_with, spawn_app_with_provider, spawn_provider};
 
 fn quick_disputes(s: &mut payments_api::config::Settings) {
     s.provider_async_delay = Duration::from_millis(150);
@@ -169,21 +169,7 @@ async fn steps_on_one_dispute_with_different_keys_at_once_take_it_once() {
 async fn a_step_the_provider_refuses_is_the_keys_final_409_and_lets_the_dispute_go() {
     let provider = spawn_provider().await;
     let app = spawn_app_with_provider(&provider, |s| s.provider_max_attempts = 1).await;
-    let payment = app
-        .post_payment(
-            "pay-refused",
-            &json!({"amount": 900, "currency": "usd", "payment_method": "pm_card_visa"}),
-        )
-        .await
-        .json();
-    app.provider_event(
-        "charge.dispute.created",
-        super::opening("du_refused", &payment, 900),
-    )
-    .await;
-    let dispute = app
-        .dispute_when(payment["id"].as_str().unwrap(), "needs_response")
-        .await;
+    let dispute = opened_by_the_provider(&app, "pay-refused", "du_refused", 900).await;
     let close = format!("/v1/disputes/{}/close", dispute["id"].as_str().unwrap());
     provider.faults.refuse_next.lock().unwrap().push_back(409);
     let calls = || provider.faults.http_calls.load(Ordering::SeqCst);
@@ -251,21 +237,7 @@ async fn one_key_on_the_evidence_and_on_the_close_is_two_requests() {
 async fn a_step_refused_while_another_is_at_the_provider_can_be_retried_with_its_key() {
     let provider = spawn_provider().await;
     let app = spawn_app_with_provider(&provider, |s| s.provider_max_attempts = 1).await;
-    let payment = app
-        .post_payment(
-            "pay-busy",
-            &json!({"amount": 700, "currency": "usd", "payment_method": "pm_card_visa"}),
-        )
-        .await
-        .json();
-    app.provider_event(
-        "charge.dispute.created",
-        super::opening("du_busy", &payment, 700),
-    )
-    .await;
-    let dispute = app
-        .dispute_when(payment["id"].as_str().unwrap(), "needs_response")
-        .await;
+    let dispute = opened_by_the_provider(&app, "pay-busy", "du_busy", 700).await;
     let id = dispute["id"].as_str().unwrap();
     let (close, save) = (
         format!("/v1/disputes/{id}/close"),
@@ -334,6 +306,22 @@ async fn bad_steps_are_refused_and_change_nothing() {
     // Another merchant sees nothing of it.
     let other = app.create_merchant("other").await;
     assert_eq!(app.get_as(&path, &other).await.status, 404);
+}
+
+/// A paid payment, and a dispute of `amount` on it opened by the provider's webhook (for a
+/// provider this test runs, which does not know the dispute): the dispute, `needs_response`.
+async fn opened_by_the_provider(
+    app: &TestApp,
+    key: &str,
+    provider_dispute_id: &str,
+    amount: i64,
+) -> serde_json::Value {
+    let card = json!({"amount": amount, "currency": "usd", "payment_method": "pm_card_visa"});
+    let payment = app.post_payment(key, &card).await.json();
+    let opening = super::opening(provider_dispute_id, &payment, amount);
+    app.provider_event("charge.dispute.created", opening).await;
+    app.dispute_when(payment["id"].as_str().unwrap(), "needs_response")
+        .await
 }
 
 async fn tokio_sleep(duration: Duration) {
