@@ -15,6 +15,7 @@ use crate::domain::{
 };
 use crate::error::ApiError;
 use crate::idempotency::{Answer, idempotent_record};
+use crate::operations::keyed::Refusal;
 use crate::operations::{self, Called, Claimed, Lease, Operation};
 use crate::provider::{DisputeState, DisputeStepRequest, OutcomeUnknown, ProviderError};
 use crate::state::AppState;
@@ -222,8 +223,7 @@ fn claim_step(
     claim: &DisputeStepRow,
 ) -> diesel::QueryResult<Claimed<DisputeStepRow, String>> {
     use diesel::Connection;
-    let mut busy = None;
-    let claimed = conn.transaction(|conn| {
+    let claimed = conn.transaction::<_, Refusal, _>(|conn| {
         steps::insert(conn, claim)?;
         let at = claim.created_at;
         let text = claim.evidence_text.as_deref();
@@ -246,12 +246,11 @@ fn claim_step(
         let (status, answer) = if taken {
             (StepStatus::Succeeded, Answer::new(200, render(&dispute)?))
         } else if dispute.status == DisputeStatus::NeedsResponse {
-            busy = Some(ApiError::DisputeNotEditable(format!(
+            return Err(Refusal::Api(ApiError::DisputeNotEditable(format!(
                 "dispute {} takes no evidence or close now: another step on it is at the \
                  provider; retry with the same key once it has answered",
                 dispute.id
-            )));
-            return Err(diesel::result::Error::RollbackTransaction);
+            ))));
         } else {
             let refusal = ApiError::DisputeNotEditable(format!(
                 "dispute {} takes no evidence or close now: it is `{}`; only a \
@@ -269,12 +268,7 @@ fn claim_step(
         )?;
         Ok(Claimed::Answered(answer))
     });
-    match (claimed, busy) {
-        (Err(diesel::result::Error::RollbackTransaction), Some(refusal)) => {
-            Ok(Claimed::Unstored(refusal))
-        }
-        (claimed, _) => claimed,
-    }
+    Refusal::unstored(claimed)
 }
 
 /// Applies the provider's answer in one transaction, guarded by the step still being

@@ -117,16 +117,15 @@ impl FinalAnswers {
         }
     }
 
-    /// The stored `(fingerprint, answer)` of this key, if seen here.
-    pub fn get(
+    /// What is kept of this key, if its final answer was seen here (a shared pointer).
+    fn entry(
         &self,
         scope: &str,
         merchant_id: &str,
         idempotency_key: &str,
-    ) -> Option<(String, Answer)> {
+    ) -> Option<Arc<Remembered>> {
         self.answers
             .get(&scope_key(scope, merchant_id, idempotency_key))
-            .map(|entry| (entry.fingerprint.clone(), entry.answer.clone()))
     }
 
     /// The replay of a request sent exactly as one whose final answer is known here, under
@@ -141,9 +140,7 @@ impl FinalAnswers {
         sent: &Sent,
     ) -> Option<Answer> {
         use crate::metrics::{IdempotencyOutcome, idempotency};
-        let entry = self
-            .answers
-            .get(&scope_key(scope, merchant_id, idempotency_key))?;
+        let entry = self.entry(scope, merchant_id, idempotency_key)?;
         if !entry.sent.as_ref().is_some_and(|stored| stored.is(sent)) {
             return None;
         }
@@ -163,9 +160,7 @@ impl FinalAnswers {
         fingerprint: &str,
     ) -> Option<Result<Answer, crate::error::ApiError>> {
         use crate::metrics::{IdempotencyOutcome, idempotency};
-        let entry = self
-            .answers
-            .get(&scope_key(scope, merchant_id, idempotency_key))?;
+        let entry = self.entry(scope, merchant_id, idempotency_key)?;
         if entry.fingerprint != fingerprint {
             idempotency(resource, IdempotencyOutcome::Reused);
             return Some(Err(crate::error::ApiError::IdempotencyKeyReused));
@@ -253,7 +248,7 @@ mod tests {
             "per resource"
         );
         assert!(
-            answers.get("payment", "mer_1", "pending").is_none(),
+            answers.entry("payment", "mer_1", "pending").is_none(),
             "202 is not final"
         );
     }
@@ -305,7 +300,7 @@ mod tests {
         for i in 0..2000 {
             // The storm's key is asked for again and again while one-off keys stream by.
             assert!(
-                answers.get("payment", "m", "hot").is_some(),
+                answers.entry("payment", "m", "hot").is_some(),
                 "hot key lost at {i}"
             );
             answers.remember(

@@ -155,12 +155,27 @@ impl<W: Clone> Leased for KeyClaim<W> {
     }
 }
 
-/// Why a database-only request's transaction ended without an answer to store.
+/// Why a claim's transaction ended without an answer to store (a database-only request's,
+/// or a dispute step's that finds another step at the provider).
 pub enum Refusal {
     /// An answer that is not the key's (a 404): the transaction, key claim included, is
     /// rolled back and the key stays free.
     Api(ApiError),
     Db(diesel::result::Error),
+}
+
+impl Refusal {
+    /// A claim's transaction as the mechanism takes it: a refusal rolled it back, key claim
+    /// included, so it is [`Claimed::Unstored`] and the key stays free.
+    pub fn unstored<R, C>(
+        done: Result<Claimed<R, C>, Refusal>,
+    ) -> diesel::QueryResult<Claimed<R, C>> {
+        match done {
+            Ok(claimed) => Ok(claimed),
+            Err(Refusal::Api(refusal)) => Ok(Claimed::Unstored(refusal)),
+            Err(Refusal::Db(e)) => Err(e),
+        }
+    }
 }
 
 impl From<diesel::result::Error> for Refusal {
@@ -213,11 +228,7 @@ impl<W: DbWork> Operation for WriteOnce<W> {
             claim.store(conn, &answer)?;
             Ok(answer)
         });
-        match done {
-            Ok(answer) => Ok(Claimed::Answered(answer)),
-            Err(Refusal::Api(refusal)) => Ok(Claimed::Unstored(refusal)),
-            Err(Refusal::Db(e)) => Err(e),
-        }
+        Refusal::unstored(done.map(Claimed::Answered))
     }
 
     fn find_by_key(

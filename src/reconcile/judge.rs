@@ -120,18 +120,13 @@ pub(super) fn judge(movement: &SettlementMovement, ours: &Ours, seen: &Seen) -> 
                 .or_else(|| candidates.iter().find(unmatched))
                 .or_else(|| candidates.first());
             match dispute {
-                Some(d) => match compare(money(d.amount, &d.currency), movement) {
-                    Judgement::Ours {
-                        expected,
-                        disagreement,
-                        ..
-                    } => Judgement::Ours {
-                        expected,
-                        disagreement,
-                        dispute: Some(d.id.clone()),
-                    },
-                    other => other,
-                },
+                Some(d) => {
+                    let mut judged = compare(money(d.amount, &d.currency), movement);
+                    if let Judgement::Ours { dispute, .. } = &mut judged {
+                        *dispute = Some(d.id.clone());
+                    }
+                    judged
+                }
                 // Open here: its reversal is on its way.
                 None if reversal && disputes.iter().any(|d| d.status.is_open()) => {
                     Judgement::NotFinal
