@@ -232,15 +232,25 @@ pub fn let_go(
     .map(|_| ())
 }
 
-/// A dispute opened on the payment: its amount is disputed and refunds wait.
-pub fn open_on_payment(conn: &mut DbConnection, payment_id: &str, amount: i64) -> QueryResult<()> {
-    diesel::update(payments::table.filter(payments::id.eq(payment_id)))
-        .set((
-            payments::amount_disputed.eq(payments::amount_disputed + amount),
-            payments::disputes_open.eq(payments::disputes_open + 1),
-        ))
-        .execute(conn)
-        .map(|_| ())
+/// A dispute opened on the payment: its amount is disputed and refunds wait. False (nothing
+/// changed) when the payment's disputes would together hold more than was captured; the
+/// guard is in the write, so concurrent openings are decided one after the other.
+pub fn open_on_payment(
+    conn: &mut DbConnection,
+    payment_id: &str,
+    amount: i64,
+) -> QueryResult<bool> {
+    diesel::update(
+        payments::table
+            .filter(payments::id.eq(payment_id))
+            .filter((payments::amount_captured - payments::amount_disputed).ge(amount)),
+    )
+    .set((
+        payments::amount_disputed.eq(payments::amount_disputed + amount),
+        payments::disputes_open.eq(payments::disputes_open + 1),
+    ))
+    .execute(conn)
+    .map(|n| n == 1)
 }
 
 /// A dispute of the payment closed: no longer open; a won one no longer disputed.

@@ -104,11 +104,7 @@ pub fn open(
         Some("charge_id")
     } else if !opening.currency.eq_ignore_ascii_case(&payment.currency) {
         Some("currency")
-    } else if opening.amount < 1
-        || opening.amount > payment.amount_captured - payment.amount_disputed
-    {
-        // Its other open and lost disputes hold part of the capture already: together
-        // they cannot take back more than was captured.
+    } else if opening.amount < 1 {
         Some("amount")
     } else {
         None
@@ -117,6 +113,19 @@ pub fn open(
         return Ok(Opened::Mismatch {
             payment_id: payment.id,
             field,
+        });
+    }
+    // Its other open and lost disputes hold part of the capture already: together they
+    // cannot take back more than was captured. Decided by the guarded write, not by the
+    // read above, so two disputes opened at once cannot both pass.
+    if !rows::open_on_payment(conn, &payment.id, opening.amount)? {
+        // The write waited for one that opened this same dispute, and sees it now.
+        if let Some(known) = rows::find_by_provider_id(conn, &opening.provider_dispute_id)? {
+            return Ok(Opened::Known(known));
+        }
+        return Ok(Opened::Mismatch {
+            payment_id: payment.id,
+            field: "amount",
         });
     }
     let row = DisputeRow {
@@ -143,13 +152,14 @@ pub fn open(
         updated_at: at,
     };
     if !rows::insert(conn, &row)? {
-        // Opened by another delivery of the same dispute at the same moment.
+        // Opened by another delivery of the same dispute at the same moment: what this one
+        // held on the payment is given back (as a won dispute's is).
+        rows::close_on_payment(conn, &row.payment_id, row.amount, true)?;
         return match rows::find_by_provider_id(conn, &row.provider_dispute_id)? {
             Some(known) => Ok(Opened::Known(known)),
             None => Err(diesel::result::Error::RollbackTransaction),
         };
     }
-    rows::open_on_payment(conn, &row.payment_id, row.amount)?;
     ledger::post(
         conn,
         &[Posting::dispute(

@@ -170,6 +170,32 @@ async fn disputes_of_one_payment_never_hold_more_than_was_captured() {
     assert_eq!(moved["data"].as_array().map(Vec::len), Some(2));
 }
 
+/// Many disputes of one payment opened at the same moment, each by its own delivery: the
+/// capture bounds them together, whichever order the database decides them in.
+#[actix_web::test]
+async fn disputes_of_one_payment_opened_at_once_never_hold_more_than_was_captured() {
+    use futures_util::future::join_all;
+    let app = spawn_app().await;
+    let paid = app.visa_payment("pay-dispute-race", 1000).await;
+    let payment_id = paid["id"].as_str().unwrap();
+    let answers = join_all((0..8).map(|i| {
+        app.provider_event(
+            "charge.dispute.created",
+            opening(&format!("du_race_{i}"), &paid, 300),
+        )
+    }))
+    .await;
+    let statuses: Vec<_> = answers.iter().map(|a| a.status).collect();
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert_eq!(app.all_disputes().await.len(), 3);
+    assert_eq!(app.payment_json(payment_id).await["amount_disputed"], 900);
+    let moved = app
+        .get("/v1/balance_transactions?type=dispute")
+        .await
+        .json();
+    assert_eq!(moved["data"].as_array().map(Vec::len), Some(3));
+}
+
 /// The provider's webhooks are not ordered: a dispute's close that comes before its opening
 /// is kept, and the dispute, once opened, ends as the close says (not stuck open).
 #[actix_web::test]
