@@ -425,7 +425,7 @@ fn finish_payout(
         } else if data
             .currency
             .as_deref()
-            .is_some_and(|c| c != pending.currency)
+            .is_some_and(|c| !c.eq_ignore_ascii_case(&pending.currency))
         {
             Some("currency")
         } else {

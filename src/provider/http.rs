@@ -52,7 +52,10 @@ fn client(tls: &ClientTls) -> awc::Client {
         if let Some((_, client)) = clients.iter().find(|(t, _)| std::sync::Arc::ptr_eq(t, tls)) {
             return client.clone();
         }
+        // A 3xx is an answer of unknown meaning, never a place to send the charge again
+        // (or a GET whose body would be taken for its outcome).
         let client = awc::Client::builder()
+            .disable_redirects()
             .disable_timeout()
             .connector(awc::Connector::new().rustls_0_23(tls.clone()).limit(0))
             .finish();

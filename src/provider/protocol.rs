@@ -42,7 +42,7 @@ pub struct ChargeUpdate {
     /// What the capture charged (captures only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub amount_captured: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "echoed")]
     pub reference: String,
 }
 
@@ -79,11 +79,11 @@ pub struct Charge {
     #[serde(deserialize_with = "provider_id")]
     pub id: String,
     pub status: ProviderStatus,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "echoed")]
     pub amount: i64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "echoed")]
     pub currency: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "echoed")]
     pub reference: String,
     #[serde(default, deserialize_with = "provider_text")]
     pub failure_code: Option<String>,
@@ -106,11 +106,11 @@ pub struct ProviderRefund {
     #[serde(deserialize_with = "provider_id")]
     pub id: String,
     pub status: ProviderStatus,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "echoed")]
     pub amount: i64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "echoed")]
     pub charge: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "echoed")]
     pub reference: String,
     #[serde(default, deserialize_with = "provider_text")]
     pub failure_code: Option<String>,
@@ -153,11 +153,11 @@ pub struct ProviderPayout {
     #[serde(deserialize_with = "provider_id")]
     pub id: String,
     pub status: PayoutState,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "echoed")]
     pub amount: i64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "echoed")]
     pub currency: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "echoed")]
     pub reference: String,
     #[serde(default, deserialize_with = "provider_text")]
     pub failure_code: Option<String>,
@@ -305,6 +305,17 @@ fn provider_id<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::
     Ok(sanitized(id))
 }
 
+/// A field the provider echoes from our request: only its id and status decide anything,
+/// so an echo left out and one sent as `null` are the same (the type's default), not an
+/// answer that cannot be understood (which would leave the outcome unknown for ever).
+fn echoed<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
 /// Free text from the provider that we store and show (failure codes and messages).
 fn provider_text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
     Ok(Option::<String>::deserialize(deserializer)?.map(sanitized))
@@ -409,6 +420,33 @@ mod tests {
             serde_json::from_str(r#"{"id": "pr_1", "status": "pending"}"#).unwrap();
         assert_eq!(refund.status, ProviderStatus::Pending);
         assert!(serde_json::from_str::<Charge>(r#"{"id": "ch_1", "status": "odd"}"#).is_err());
+    }
+
+    /// An echoed field sent as `null` is one left out: the answer is understood (each
+    /// failed to parse before, and the operation stayed unknown while the provider kept
+    /// answering so).
+    #[test]
+    fn echoed_fields_sent_as_null_are_left_out() {
+        let nulls = r#""amount": null, "currency": null, "reference": null, "charge": null"#;
+        let charge: Charge = serde_json::from_str(&format!(
+            r#"{{"id": "ch_1", "status": "succeeded", {nulls}}}"#
+        ))
+        .unwrap();
+        assert_eq!((charge.amount, charge.reference.as_str()), (0, ""));
+        let refund: ProviderRefund = serde_json::from_str(&format!(
+            r#"{{"id": "pr_1", "status": "succeeded", {nulls}}}"#
+        ))
+        .unwrap();
+        assert_eq!(refund.charge, "");
+        let payout: ProviderPayout =
+            serde_json::from_str(&format!(r#"{{"id": "tr_1", "status": "paid", {nulls}}}"#))
+                .unwrap();
+        assert_eq!(payout.currency, "");
+        let update: ChargeUpdate = serde_json::from_str(
+            r#"{"id": "ch_1", "status": "canceled", "reference": null, "amount_captured": null}"#,
+        )
+        .unwrap();
+        assert_eq!(update.reference, "");
     }
 
     /// What the provider says is stored as it is, but for characters no database column

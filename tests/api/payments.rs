@@ -293,6 +293,26 @@ async fn a_provider_answer_with_text_no_column_holds_is_recorded_all_the_same() 
     assert_eq!(calls[0].idempotency_key, payment["id"].as_str().unwrap());
 }
 
+/// A 3xx from the provider is an answer of unknown meaning: the payment stays unknown
+/// (202), and the redirect is never followed (a GET's body taken for the charge's outcome,
+/// or the charge sent again somewhere else).
+#[actix_web::test]
+async fn a_provider_redirect_is_not_followed_and_leaves_the_outcome_unknown() {
+    let provider = ScriptedProvider::start(vec![
+        b"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\
+          Connection: close\r\n\r\n"
+            .to_vec(),
+        provider_answer(r#"{"id": "ch_from_redirect", "status": "succeeded"}"#),
+    ]);
+    let app = spawn_app_with_provider_url(&provider.url, |_| {}).await;
+    let response = app.post_payment("redirect-1", &visa(1000)).await;
+    assert_eq!(response.status, 202, "{}", response.text());
+    assert_eq!(response.json()["status"], "processing");
+    let calls = provider.calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].path, "/v1/charges");
+}
+
 /// A provider answer cut short (the connection closed mid-body) is a broken connection:
 /// asked again within the request, with the same key, rather than left for later.
 #[actix_web::test]

@@ -250,6 +250,36 @@ async fn pending_payouts_are_finished_by_the_providers_webhook() {
     assert_eq!(failed_events["data"].as_array().unwrap().len(), 1);
 }
 
+/// The provider's `payout.paid` names the currency in its own case: it finishes the payout
+/// (a case-sensitive comparison took it for a mismatch, and the payout stayed pending for
+/// ever, its redeliveries duplicates).
+#[actix_web::test]
+async fn a_payout_event_finishes_the_payout_whatever_the_case_of_its_currency() {
+    let app = spawn_app_with(|s| {
+        funds_at_once(s);
+        s.provider_async_delay = Duration::from_secs(600);
+    })
+    .await;
+    app.paid_payment(5000).await;
+    let pending = app
+        .post_payout(
+            "po-case",
+            &json!({"amount": 1000, "currency": "usd", "destination": "ba_test_async"}),
+        )
+        .await;
+    assert_eq!(pending.status, 202, "{}", pending.text());
+    let id = pending.json()["id"].as_str().unwrap().to_owned();
+    let at_provider = app.simulator.payouts.all();
+    assert_eq!(at_provider.len(), 1);
+    app.provider_event(
+        "payout.paid",
+        json!({"payout_id": at_provider[0].id, "reference": id, "amount": 1000, "currency": "USD"}),
+    )
+    .await;
+    assert_eq!(final_payout(&app, &id).await["status"], "paid");
+    assert_eq!(app.available_usd().await, 4000);
+}
+
 #[actix_web::test]
 async fn concurrent_payouts_over_three_instances_never_pay_more_than_is_available() {
     let provider = spawn_provider().await;

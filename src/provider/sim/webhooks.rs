@@ -129,8 +129,12 @@ impl WebhookDelivery {
     /// retry minutes later must still fall inside the receiver's 300 s window). The same
     /// `webhook-id` every time, so the receiver applies it once. Returns the attempts used.
     pub async fn deliver(&self, event: &OutboundEvent) -> Result<u32, DeliveryFailed> {
-        // awc's client is not `Send`: one per delivery, on the task that sends it.
-        let client = awc::Client::builder().timeout(self.policy.timeout).finish();
+        // awc's client is not `Send`: one per delivery, on the task that sends it. A 3xx is
+        // not a 2xx to the POST: redelivered, never followed.
+        let client = awc::Client::builder()
+            .disable_redirects()
+            .timeout(self.policy.timeout)
+            .finish();
         let mut backoff = self.policy.first_backoff;
         let mut last_error = String::from("no attempt made");
         for attempt in 1..=self.policy.max_attempts.max(1) {
