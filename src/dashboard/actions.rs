@@ -164,19 +164,20 @@ async fn perform(
             .currency
     };
     let body = amount_body(&form.amount, &currency)?;
-    let merchant = &session.merchant;
+    let (merchant, request_id) = (&session.merchant, session.request_id.clone());
     match what {
         "refund" => {
             let request = NewRefund::parse(body.as_bytes())?;
-            refunds::create_refund(state, merchant, payment_id, key, request, None, None).await
+            refunds::create_refund(state, merchant, payment_id, key, request, request_id, None)
+                .await
         }
         "capture" => {
             let requested = Requested::Capture(NewCapture::parse(body.as_bytes())?);
-            authorization::operate(state, merchant, payment_id, key, requested, None).await
+            authorization::operate(state, merchant, payment_id, key, requested, request_id).await
         }
         _ => {
             let requested = Requested::Cancel(NewCancel::parse(b"{}")?);
-            authorization::operate(state, merchant, payment_id, key, requested, None).await
+            authorization::operate(state, merchant, payment_id, key, requested, request_id).await
         }
     }
 }
@@ -206,7 +207,15 @@ pub async fn submit_evidence(
             let id = DisputeId::parse(&path)
                 .ok_or_else(|| ApiError::NotFound("no such dispute".to_owned()))?;
             let evidence = DisputeEvidence::parse(body.as_bytes())?;
-            update_dispute(state, &session.merchant, id, key, evidence, None).await
+            update_dispute(
+                state,
+                &session.merchant,
+                id,
+                key,
+                evidence,
+                session.request_id,
+            )
+            .await
         }
     })
     .await;
@@ -226,7 +235,7 @@ pub async fn accept_dispute(
         async move {
             let id = DisputeId::parse(&path)
                 .ok_or_else(|| ApiError::NotFound("no such dispute".to_owned()))?;
-            close_dispute(state, &session.merchant, id, key, None).await
+            close_dispute(state, &session.merchant, id, key, session.request_id).await
         }
     })
     .await;
@@ -263,7 +272,15 @@ pub async fn pay_out(
                 body["destination"] = serde_json::json!(form.destination.trim());
             }
             let request = NewPayout::parse(body.to_string().as_bytes())?;
-            payouts::create_payout(state, &session.merchant, key, request, None, None).await
+            payouts::create_payout(
+                state,
+                &session.merchant,
+                key,
+                request,
+                session.request_id,
+                None,
+            )
+            .await
         }
     })
     .await;

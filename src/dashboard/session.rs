@@ -30,6 +30,9 @@ pub struct Session {
     token_hash: String,
     /// The hash of the API key it was opened with (revoking that key ends it).
     api_key_hash: String,
+    /// The `X-Request-Id` of the request it acts in: the events of its actions name it,
+    /// with the form's key, as they name an API request.
+    pub request_id: Option<String>,
 }
 
 impl Session {
@@ -66,6 +69,7 @@ pub async fn current(req: &HttpRequest, state: &AppState) -> Result<Option<Sessi
         csrf_token: row.csrf_token,
         token_hash,
         api_key_hash: row.api_key_hash,
+        request_id: crate::routes::input::request_id(req),
     }))
 }
 

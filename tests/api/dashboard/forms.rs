@@ -1,7 +1,7 @@
 //! Sessions, CSRF, escaping and once-only actions, over plain HTTP.
 
 use futures_util::future::join_all;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{Visitor, input_value, manual};
 use crate::support::{spawn_app, spawn_app_with, visa};
@@ -278,6 +278,12 @@ async fn an_authorization_is_captured_or_canceled_from_its_page() {
         (now["status"].as_str(), now["amount_captured"].as_i64()),
         (Some("succeeded"), Some(2000))
     );
+    // Its event names the request that made it, as an API request's does.
+    let made_by = |response: &crate::support::TestResponse, key: &str| json!({"id": response.header("x-request-id").expect("x-request-id"), "idempotency_key": key});
+    assert_eq!(
+        request_of_event(&app, "payment.succeeded", &held).await,
+        made_by(&captured, &key)
+    );
 
     let html = visitor
         .get(&format!("/dashboard/payments/{released}"))
@@ -296,8 +302,27 @@ async fn an_authorization_is_captured_or_canceled_from_its_page() {
         app.get(&format!("/v1/payments/{released}")).await.json()["status"],
         "canceled"
     );
+    assert_eq!(
+        request_of_event(&app, "payment.canceled", &released).await,
+        made_by(&canceled, &key)
+    );
     assert_eq!(app.simulator.captures().len(), 1);
     assert_eq!(app.simulator.cancels().len(), 1);
+}
+
+/// The `request` of the one event of `kind` about `object_id`.
+async fn request_of_event(app: &crate::support::TestApp, kind: &str, object_id: &str) -> Value {
+    let events = app.get(&format!("/v1/events?type={kind}")).await.json();
+    let about: Vec<&Value> = events["data"]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .filter(|e| e["data"]["object"]["id"] == object_id)
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(about.len(), 1, "{events}");
+    about[0]["request"].clone()
 }
 
 #[actix_web::test]
