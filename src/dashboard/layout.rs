@@ -155,6 +155,21 @@ pub fn not_found(session: &Session, what: &str) -> HttpResponse {
     )
 }
 
+/// A request no page can take (a form or query that does not parse, an address holding a
+/// NUL): its status, what was wrong, nothing done.
+pub fn refused_input(status: u16, detail: &str) -> HttpResponse {
+    page(
+        status,
+        "Refused",
+        None,
+        html! {
+            h1 { "Refused" }
+            p.error role="alert" { (detail) "; nothing was done." }
+            p { a href="/dashboard" { "Back to the dashboard" } }
+        },
+    )
+}
+
 /// The database cannot be reached.
 pub fn unavailable() -> HttpResponse {
     page(

@@ -42,9 +42,16 @@ mod pages;
 mod session;
 mod webhooks;
 
-use actix_web::web;
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::{Next, from_fn};
+use actix_web::{ResponseError, web};
 
 pub use session::SESSION_COOKIE;
+
+/// The largest form a page sends: dispute evidence of 20 000 characters, each up to 12 bytes
+/// once URL-encoded, with the form's other fields.
+const FORM_LIMIT: usize = 256 * 1024;
 
 /// Drops expired dashboard sessions every ten minutes (they are refused anyway; this keeps
 /// the table small).
@@ -72,6 +79,13 @@ pub fn spawn_session_cleanup(state: &crate::state::AppState) {
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/dashboard")
+            .app_data(
+                web::FormConfig::default()
+                    .limit(FORM_LIMIT)
+                    .error_handler(|e, _| refused(e)),
+            )
+            .app_data(web::QueryConfig::default().error_handler(|e, _| refused(e)))
+            .wrap(from_fn(refuse_nul))
             .route("", web::get().to(overview::overview))
             .route("/", web::get().to(overview::overview))
             .route("/sign-in", web::post().to(session::sign_in))
@@ -110,4 +124,26 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/api-keys/{id}/revoke", web::post().to(keys::revoke))
             .route("/assets/app.css", web::get().to(layout::stylesheet)),
     );
+}
+
+/// A form or query that does not parse: the dashboard's page saying so, not actix's text.
+fn refused(e: impl ResponseError + 'static) -> actix_web::Error {
+    let response = layout::refused_input(e.status_code().as_u16(), &e.to_string());
+    actix_web::error::InternalError::from_response(e, response).into()
+}
+
+/// An address holding a NUL (`%00`) is refused before any page reads it: no database column
+/// holds the character (PostgreSQL refuses it in text, which would look like an outage).
+async fn refuse_nul(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let holds_nul = |raw: &str| raw.as_bytes().windows(3).any(|w| w == b"%00");
+    if holds_nul(req.path()) || holds_nul(req.query_string()) {
+        let response = layout::refused_input(400, "The address holds a NUL character");
+        return Ok(req.into_response(response).map_into_right_body());
+    }
+    next.call(req)
+        .await
+        .map(ServiceResponse::map_into_left_body)
 }

@@ -310,6 +310,63 @@ async fn an_authorization_is_captured_or_canceled_from_its_page() {
     assert_eq!(app.simulator.cancels().len(), 1);
 }
 
+/// Input no page can take is refused with the dashboard's own page (its security headers,
+/// the reason), never a 5xx: a NUL anywhere in the address (PostgreSQL holds no NUL in text:
+/// a search for one was a 503), a form or query that does not parse.
+#[actix_web::test]
+async fn input_no_page_can_take_is_refused_with_a_page_and_changes_nothing() {
+    let app = spawn_app().await;
+    let paid = app.payment_with("dash-bad-input", &visa(1000)).await;
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(&app.api_key).await;
+    let html = visitor
+        .get(&format!("/dashboard/payments/{paid}"))
+        .await
+        .text();
+    let csrf = input_value(&html, "/refund", "csrf_token");
+    let key = input_value(&html, "/refund", "idempotency_key");
+    let refund = format!("/dashboard/payments/{paid}/refund");
+    let answers = [
+        visitor.get("/dashboard/payments?q=%00").await,
+        visitor.get("/dashboard/payments?customer=a%00").await,
+        visitor
+            .get("/dashboard/events?starting_after=evt_%00")
+            .await,
+        visitor.get(&format!("/dashboard/payments/{paid}%00")).await,
+        visitor
+            .post(
+                &format!("/dashboard/payments/{paid}%00/refund"),
+                &[("csrf_token", &csrf), ("idempotency_key", &key)],
+            )
+            .await,
+        visitor.get("/dashboard/payments?status=a&status=b").await,
+        visitor
+            .post(
+                &refund,
+                &[
+                    ("csrf_token", &csrf),
+                    ("csrf_token", &csrf),
+                    ("idempotency_key", &key),
+                ],
+            )
+            .await,
+    ];
+    for answer in &answers {
+        assert_eq!(answer.status, 400, "{}", answer.text());
+        assert_eq!(
+            answer.header("content-type"),
+            Some("text/html; charset=utf-8")
+        );
+        assert!(answer.header("content-security-policy").is_some());
+        assert!(
+            answer.text().contains("nothing was done"),
+            "{}",
+            answer.text()
+        );
+    }
+    assert!(app.simulator.refunds().is_empty());
+}
+
 /// The `request` of the one event of `kind` about `object_id`.
 async fn request_of_event(app: &crate::support::TestApp, kind: &str, object_id: &str) -> Value {
     let events = app.get(&format!("/v1/events?type={kind}")).await.json();
@@ -422,14 +479,16 @@ async fn disputes_are_answered_and_money_paid_out_from_the_dashboard_once() {
     let html = page.text();
     assert!(html.contains(&first) && html.contains(&second) && html.contains("Submit evidence"));
 
-    // Evidence submitted twice with one form: one step at the provider.
+    // Evidence submitted twice with one form: one step at the provider. Long evidence in
+    // letters of two bytes (six once URL-encoded: 108 KB of form) is taken as the API takes it.
     let evidence = format!("/dashboard/disputes/{first}/evidence");
     let csrf = input_value(&html, &evidence, "csrf_token");
     let key = input_value(&html, &evidence, "idempotency_key");
+    let text = format!("winning_evidence: signed for {}", "é".repeat(18_000));
     let fields = [
         ("csrf_token", csrf.as_str()),
         ("idempotency_key", key.as_str()),
-        ("text", "winning_evidence: signed for"),
+        ("text", text.as_str()),
     ];
     for answer in join_all((0..3).map(|_| visitor.post(&evidence, &fields))).await {
         assert_eq!(answer.status, 303, "{}", answer.text());
