@@ -9,7 +9,7 @@ use payments_api::db::merchants::{self, ApiKey, Revocation};
 use payments_api::db::{Db, DbConnection};
 use payments_api::domain::{ApiKeyId, Timestamp};
 use payments_api::signing::WebhookSecret;
-use payments_api::startup::{Application, connect_and_migrate};
+use payments_api::startup::{Application, StartupError, connect_and_migrate};
 use payments_api::telemetry;
 
 /// An idempotent payment API: a payment request, however often it is sent, charges at most
@@ -131,32 +131,60 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = match cli.command.unwrap_or(Command::Serve) {
+    let result: Result<(), Failure> = match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => {
             telemetry::init(settings.log_format, &settings.log_filter);
             serve(settings)
         }
         // The other commands log nothing: their stdout is their output, for scripts.
         Command::Migrate => connect(settings).map(|_| println!("migrations applied")),
-        Command::ApiKeys(command) => connect(settings).and_then(|db| api_keys(&db, command)),
+        Command::ApiKeys(command) => connect(settings).and_then(|db| Ok(api_keys(&db, command)?)),
         Command::Ledger(LedgerCommand::Verify) => existing(&settings)
+            .map_err(Failure::from)
             .and_then(|()| connect(settings))
-            .and_then(|db| verify(&db)),
+            .and_then(|db| Ok(verify(&db)?)),
         Command::Reconcile { from, to } => return reconcile(settings, from, to),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("payments-api: {e}");
-            ExitCode::FAILURE
+        Err(failure) => {
+            eprintln!("payments-api: {}", failure.message);
+            ExitCode::from(failure.status)
+        }
+    }
+}
+
+/// Why a command failed, and its exit status: 2 for a bad setting (as when one is read at
+/// the start), 1 for anything else.
+struct Failure {
+    message: String,
+    status: u8,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Self { message, status: 1 }
+    }
+}
+
+impl From<StartupError> for Failure {
+    fn from(e: StartupError) -> Self {
+        let status = if matches!(e, StartupError::Config(_)) {
+            2
+        } else {
+            1
+        };
+        Self {
+            message: e.to_string(),
+            status,
         }
     }
 }
 
 /// The database, migrated; one connection is all a command needs.
-fn connect(mut settings: Settings) -> Result<Db, String> {
+fn connect(mut settings: Settings) -> Result<Db, Failure> {
     settings.database_pool_size = 1;
-    connect_and_migrate(&settings).map_err(|e| e.to_string())
+    Ok(connect_and_migrate(&settings)?)
 }
 
 /// A check of a database must not make one: a SQLite file that is not there (a mistyped
@@ -192,7 +220,7 @@ fn reconcile(settings: Settings, from: Option<Timestamp>, to: Option<Timestamp>)
             let mut print = |found: &reconcile::Found| println!("{}", found.json_line());
             reconcile::reconcile(&db, provider.as_ref(), window, &mut print)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| Failure::from(e.to_string()))
         })
     });
     match outcome {
@@ -204,9 +232,9 @@ fn reconcile(settings: Settings, from: Option<Timestamp>, to: Option<Timestamp>)
                 ExitCode::SUCCESS
             }
         }
-        Err(e) => {
-            eprintln!("payments-api: {e}");
-            ExitCode::FAILURE
+        Err(failure) => {
+            eprintln!("payments-api: {}", failure.message);
+            ExitCode::from(failure.status)
         }
     }
 }
@@ -358,7 +386,7 @@ fn one_malloc_arena_per_core() {
     }
 }
 
-fn serve(mut settings: Settings) -> Result<(), String> {
+fn serve(mut settings: Settings) -> Result<(), Failure> {
     let demo_key = if settings.bootstrap_api_key.is_none() {
         let demo = payments_api::demo::api_key(&settings.database_url)?;
         settings.bootstrap_api_key = Some(demo.key.clone());
@@ -376,11 +404,11 @@ fn serve(mut settings: Settings) -> Result<(), String> {
     let runner = actix_web::rt::System::new();
     let served = runner.block_on(async move {
         let bind = settings.bind_addr.clone();
-        let app = Application::build(settings).await.map_err(|e| e.to_string())?;
+        let app = Application::build(settings).await?;
         let host = bind.rsplit_once(':').map(|(h, _)| h).unwrap_or("127.0.0.1");
         let url = format!("http://{host}:{}", app.port());
         tracing::info!(%url, "payments-api listening");
-        if let Some(demo) = demo_key {
+        if let Some(demo) = demo_key.filter(|_| !app.bootstrap_revoked()) {
             // The zero-config run's demo key is logged on purpose, at every start, so the
             // service can be tried at once; set BOOTSTRAP_API_KEY (or use `api-keys create`)
             // otherwise.
@@ -403,7 +431,9 @@ fn serve(mut settings: Settings) -> Result<(), String> {
                 "webhook secret (generated; set WEBHOOK_SECRETS to choose one): {secret}"
             );
         }
-        app.run_until_stopped().await.map_err(|e| e.to_string())
+        app.run_until_stopped()
+            .await
+            .map_err(|e| Failure::from(e.to_string()))
     });
     // Not dropped: dropping the runtime waits for every blocking thread, and one still
     // waiting on a database that accepts and never answers (its request was answered 503

@@ -10,8 +10,9 @@ use actix_web::{App, HttpMessage, HttpServer, web};
 
 use crate::auth::ApiKeyCache;
 use crate::config::Settings;
+use crate::db::merchants::{self, BootstrapKey};
 use crate::db::pool::DatabaseTarget;
-use crate::db::{self, Db, merchants};
+use crate::db::{self, Db};
 use crate::idempotency::{FinalAnswers, InFlight};
 use crate::inbound;
 use crate::operations::Recovery;
@@ -41,6 +42,8 @@ pub enum StartupError {
 
 pub struct Application {
     port: u16,
+    /// The bootstrap key (`BOOTSTRAP_API_KEY`, or the demo key) was revoked before.
+    bootstrap_revoked: bool,
     server: Server,
     simulator: Option<Arc<Simulator>>,
     state: AppState,
@@ -89,12 +92,31 @@ impl Application {
                 .await
                 .map_err(|e| StartupError::Database(e.to_string()))??
         };
+        let mut bootstrap_revoked = false;
         if let Some(key) = settings.bootstrap_api_key.clone() {
-            db.run(move |conn| merchants::ensure_bootstrap_key(conn, &key).map_err(into_diesel))
+            let bootstrap = db
+                .run(move |conn| merchants::ensure_bootstrap_key(conn, &key).map_err(into_diesel))
                 .await
                 .map_err(|e| {
                     StartupError::Database(format!("cannot create the bootstrap API key: {e}"))
                 })?;
+            match bootstrap {
+                BootstrapKey::Ready => {}
+                BootstrapKey::Revoked => {
+                    tracing::warn!(
+                        "the bootstrap API key is revoked: it authenticates nothing (make a key \
+                         with `payments-api api-keys create --merchant default`)"
+                    );
+                    bootstrap_revoked = true;
+                }
+                BootstrapKey::OfAnotherMerchant(name) => {
+                    return Err(crate::config::ConfigError::new(
+                        "BOOTSTRAP_API_KEY",
+                        format!("it is a key of merchant {name:?}, not of \"default\""),
+                    )
+                    .into());
+                }
+            }
         }
 
         let listener = listen(&settings.bind_addr).map_err(|source| StartupError::Bind {
@@ -143,6 +165,7 @@ impl Application {
         start_background_tasks(&state);
         Ok(Self {
             port,
+            bootstrap_revoked,
             server,
             simulator,
             state,
@@ -151,6 +174,11 @@ impl Application {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Whether the bootstrap key was found revoked (it authenticates nothing).
+    pub fn bootstrap_revoked(&self) -> bool {
+        self.bootstrap_revoked
     }
 
     /// The in-process simulator, when the service uses it (tests read its ledger).

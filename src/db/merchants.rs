@@ -152,11 +152,35 @@ pub fn insert_api_key(
     Ok(row)
 }
 
+/// What a start's bootstrap key is, once [`ensure_bootstrap_key`] has run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BootstrapKey {
+    /// It authenticates merchant `default`.
+    Ready,
+    /// It was revoked, and stays so: it authenticates nothing.
+    Revoked,
+    /// It is a key of another merchant (by name), which it goes on authenticating.
+    OfAnotherMerchant(String),
+}
+
 /// The bootstrap key of a start (`BOOTSTRAP_API_KEY`, or the demo key): makes sure merchant
-/// `default` exists and that `key` authenticates it (idempotent, see [`ensure_api_key`]).
-pub fn ensure_bootstrap_key(conn: &mut DbConnection, key: &str) -> Result<(), DbError> {
+/// `default` exists and that `key` authenticates it (idempotent, see [`ensure_api_key`]),
+/// and says what the key turned out to be when it was there already.
+pub fn ensure_bootstrap_key(conn: &mut DbConnection, key: &str) -> Result<BootstrapKey, DbError> {
     let merchant = ensure_merchant(conn, "default")?;
-    ensure_api_key(conn, &merchant, key)
+    ensure_api_key(conn, &merchant, key)?;
+    let (owner, name, revoked_at): (String, String, Option<Timestamp>) = api_keys::table
+        .inner_join(merchants::table)
+        .filter(api_keys::key_hash.eq(hash_api_key(key)))
+        .select((merchants::id, merchants::name, api_keys::revoked_at))
+        .first(conn)?;
+    Ok(if owner != merchant.id {
+        BootstrapKey::OfAnotherMerchant(name)
+    } else if revoked_at.is_some() {
+        BootstrapKey::Revoked
+    } else {
+        BootstrapKey::Ready
+    })
 }
 
 /// Makes `key` authenticate `merchant` (idempotent: an existing key is left as it is, so a

@@ -29,18 +29,20 @@ pub enum DatabaseTarget {
 }
 
 impl DatabaseTarget {
-    /// The error says what is wrong with the URL (the caller names the setting).
-    pub fn parse(url: &str) -> Result<Self, &'static str> {
+    /// The error says what is wrong with the URL (the caller names the setting), never
+    /// quoting it: it may hold a password.
+    pub fn parse(url: &str) -> Result<Self, String> {
         let url = url.trim();
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            super::conninfo::check(url)?;
             Ok(Self::Postgres(with_network_timeouts(url)))
         } else if let Some(path) = url.strip_prefix("sqlite://") {
             if path.is_empty() {
-                return Err("sqlite:// needs a file path");
+                return Err("sqlite:// needs a file path".to_owned());
             }
             Ok(Self::Sqlite(PathBuf::from(path)))
         } else {
-            Err("expected postgres://…, postgresql://… or sqlite://PATH")
+            Err("expected postgres://…, postgresql://… or sqlite://PATH".to_owned())
         }
     }
 }

@@ -203,6 +203,69 @@ async fn a_bad_setting_stops_the_start_and_names_the_variable() {
     assert!(stderr.contains("soon"), "{stderr}");
 }
 
+/// Settings judged only once the database is open (or by libpq) are bad settings all the
+/// same: exit 2 and the variable's name, never a password in the message. A start that
+/// wrongly went on serving is stopped after 30 s and fails the test.
+#[actix_web::test]
+async fn settings_judged_at_the_start_stop_it_with_exit_2_and_their_name() {
+    let (_database, url) = TestDatabase::create();
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_payments-api"))
+            .current_dir(std::env::temp_dir())
+            .env_clear()
+            .env("DATABASE_URL", &url)
+            .env("BIND_ADDR", "127.0.0.1:0")
+            .envs(env.iter().copied())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary runs");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().expect("wait").is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let output = child.wait_with_output().expect("output");
+        let stdout = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code(), stdout, stderr)
+    };
+    let (code, bravo_key, stderr) = run(&["api-keys", "create", "--merchant", "bravo"], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    for (env, name) in [
+        // A key of another merchant never authenticates `default`: not a bootstrap key.
+        (
+            vec![("BOOTSTRAP_API_KEY", bravo_key.as_str())],
+            "BOOTSTRAP_API_KEY",
+        ),
+        (
+            vec![
+                ("TLS_CA_FILE", "/nonexistent/ca.pem"),
+                ("BOOTSTRAP_API_KEY", API_KEY),
+            ],
+            "TLS_CA_FILE",
+        ),
+        (
+            vec![("DATABASE_URL", "postgres://postgres:Sup3rS3cret@[::1")],
+            "DATABASE_URL",
+        ),
+        (
+            vec![(
+                "DATABASE_URL",
+                "postgres://postgres:Sup3rS3cret@127.0.0.1/db?sslmode=bogus",
+            )],
+            "DATABASE_URL",
+        ),
+    ] {
+        let (code, _, stderr) = run(&[], &env);
+        assert_eq!(code, Some(2), "{env:?}: {stderr}");
+        assert!(stderr.contains(name), "{env:?}: {stderr}");
+        assert!(!stderr.contains("Sup3rS3cret"), "{stderr}");
+    }
+}
+
 /// `provider-sim` too: `--help` describes it and exits 0 (it does not start serving); a
 /// bad argument or setting stops it with exit 2 and a message naming the setting.
 #[actix_web::test]
