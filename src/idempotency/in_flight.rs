@@ -174,12 +174,18 @@ pub enum Joined {
         guard: InFlightGuard,
         wait_left: Duration,
     },
+    /// The request leading the key here has another body: this one goes to the database on
+    /// its own (leading nothing), which decides between them. The leader is not the key's
+    /// owner until its insert wins: it may lose to this very body from another instance.
+    Apart { wait_left: Duration },
 }
 
 /// Leads the key in this process, or waits on the request that does: no insert that is
 /// bound to fail, no reads. A storm of identical requests costs the database only the
 /// leader's work, per instance. A leader that fails (an error, not an answer) hands the
 /// lead to one of its waiters; one whose wait runs out is answered 409 with `Retry-After`.
+/// A request with another body than the leader's is never judged by it ([`Joined::Apart`]):
+/// only the database knows whose body the key holds.
 pub async fn lead_or_join(
     inflight: &InFlight,
     resource: &'static str,
@@ -201,8 +207,8 @@ pub async fn lead_or_join(
             } => (fingerprint, outcome),
         };
         if claimed != fingerprint {
-            idempotency(resource, IdempotencyOutcome::Reused);
-            return Err(ApiError::IdempotencyKeyReused);
+            let wait_left = deadline.saturating_duration_since(Instant::now());
+            return Ok(Joined::Apart { wait_left });
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
         match settled(&mut outcome, remaining).await {

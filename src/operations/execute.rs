@@ -78,7 +78,8 @@ async fn execute_boxed<O: Operation>(
     .await?;
     let (guard, wait_left) = match joined {
         Joined::Answer(answer) => return Ok(answer),
-        Joined::Lead { guard, wait_left } => (guard, wait_left),
+        Joined::Lead { guard, wait_left } => (Some(guard), wait_left),
+        Joined::Apart { wait_left } => (None, wait_left),
     };
     let answer = claim_or_follow::<O>(state, claim, request, wait_left).await?;
     // In memory before the lead is given up, so that no later duplicate here finds
@@ -90,7 +91,9 @@ async fn execute_boxed<O: Operation>(
         (&fingerprint, sent.as_ref()),
         &answer,
     );
-    guard.settle(&answer);
+    if let Some(guard) = guard {
+        guard.settle(&answer);
+    }
     Ok(answer)
 }
 

@@ -246,3 +246,51 @@ async fn a_retry_sent_byte_for_byte_and_one_equal_in_meaning_both_replay() {
     assert_eq!(app.simulator.charge_calls(), 1);
     assert_eq!(app.payment_rows().await, 1);
 }
+
+/// A request whose body differs from the one leading its key in this instance is not judged
+/// by it: that leader may lose the key to this very body from another instance. For each
+/// key, A (body X) on one instance holds the key while a slow provider answers; then C
+/// (body X′) and D (body X) reach the other instance at once. C is refused; D learns A's
+/// outcome, whichever of C and D led there (D was refused whenever C led).
+#[actix_web::test]
+async fn a_duplicate_is_never_refused_for_the_body_of_another_request_leading_here() {
+    use crate::support::{spawn_cluster, spawn_provider};
+    use futures_util::future::join;
+    let provider = spawn_provider().await;
+    provider
+        .faults
+        .latency_ms
+        .store(400, std::sync::atomic::Ordering::Relaxed);
+    let (apps, _database) = spawn_cluster(2, &provider, |_| {}).await;
+    let keys: Vec<String> = (0..12).map(|i| format!("apart-{i}")).collect();
+    let (body, other) = (visa(1000), visa(1001));
+    let firsts = join_all(keys.iter().map(|key| apps[0].post_payment(key, &body)));
+    let raced = async {
+        // The firsts' claims are in by now; their provider calls are not answered yet.
+        actix_web::rt::time::sleep(Duration::from_millis(150)).await;
+        join_all(keys.iter().map(|key| {
+            join(
+                apps[1].post_payment(key, &other),
+                apps[1].post_payment(key, &body),
+            )
+        }))
+        .await
+    };
+    let (firsts, raced) = join(firsts, raced).await;
+    for (first, (other_body, same_body)) in firsts.iter().zip(&raced) {
+        assert_eq!(first.status, 201, "{}", first.text());
+        assert_eq!(other_body.status, 422, "{}", other_body.text());
+        assert_eq!(
+            other_body.json()["code"],
+            "idempotency_key_reused",
+            "{}",
+            other_body.text()
+        );
+        assert_eq!(same_body.status, 201, "{}", same_body.text());
+        assert_eq!(
+            same_body.body, first.body,
+            "the same outcome, byte for byte"
+        );
+    }
+    assert_eq!(provider.simulator.charges().len(), keys.len());
+}
