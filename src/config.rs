@@ -124,6 +124,17 @@ fn is_base_url(url: &str) -> bool {
     crate::domain::EndpointUrl::parse(url).is_ok() && !url.contains(['?', '#'])
 }
 
+/// Reads a `.env` file into the environment, if there is one (the environment's own values
+/// win). One that cannot be read (a line that is no `NAME=value`) is a bad setting, not a
+/// file silently half-used.
+pub fn load_dotenv() -> Result<(), String> {
+    match dotenvy::dotenv() {
+        Ok(_) => Ok(()),
+        Err(e) if e.not_found() => Ok(()),
+        Err(e) => Err(format!("cannot read .env: {e}")),
+    }
+}
+
 impl Settings {
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|name| std::env::var(name).ok())

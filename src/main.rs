@@ -123,7 +123,10 @@ fn main() -> ExitCode {
     // Usage errors exit 2, `--help` and `--version` 0, before any setting is read.
     let cli = Cli::parse();
     // A .env file may supply settings; a missing one is fine.
-    let _ = dotenvy::dotenv();
+    if let Err(e) = payments_api::config::load_dotenv() {
+        eprintln!("payments-api: {e}");
+        return ExitCode::from(2);
+    }
     let settings = match Settings::from_env() {
         Ok(s) => s,
         Err(e) => {

@@ -2,7 +2,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix_web::dev::{Server, ServerHandle, Service, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
@@ -286,7 +286,7 @@ pub fn command_provider(settings: &Settings) -> Result<Arc<dyn PaymentProvider>,
             );
             Ok(Arc::new(InProcessProvider::new(
                 Arc::new(Simulator::new()),
-                std::time::Duration::ZERO,
+                Duration::ZERO,
             )))
         }
     }
@@ -365,8 +365,21 @@ fn request_id_of(req: &actix_web::dev::ServiceRequest) -> String {
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
 }
 
+/// How long in-flight requests may take to finish after SIGTERM: the longest a request
+/// can run (every provider attempt to its timeout, with the backoff between, and a retry's
+/// wait for another request's outcome), at least 30 s, at most 10 minutes.
+fn shutdown_grace(settings: &Settings) -> Duration {
+    let attempts = settings.provider_max_attempts.max(1);
+    let longest = (settings.provider_timeout + Duration::from_secs(2))
+        .saturating_mul(attempts)
+        .saturating_add(settings.idempotency_wait)
+        .saturating_add(Duration::from_secs(5));
+    longest.clamp(Duration::from_secs(30), Duration::from_secs(600))
+}
+
 fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
     let workers = state.settings.workers;
+    let grace = shutdown_grace(&state.settings);
     let addr = state.settings.bind_addr.clone();
     let data = web::Data::new(state);
     let mut server = HttpServer::new(move || {
@@ -410,7 +423,7 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
             .configure(crate::dashboard::configure)
             .default_service(web::to(routes::not_found))
     })
-    .shutdown_timeout(30);
+    .shutdown_timeout(grace.as_secs());
     if let Some(n) = workers {
         server = server.workers(n);
     }
@@ -418,4 +431,23 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
         .listen(listener)
         .map_err(|source| StartupError::Bind { addr, source })?
         .run())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shutdown_grace_covers_the_longest_request() {
+        let mut settings = crate::config::Settings::from_lookup(|_| None).expect("defaults");
+        // Defaults: 3 × (5 s + 2 s) + 2 s + 5 s = 28 s, so the floor.
+        assert_eq!(shutdown_grace(&settings), Duration::from_secs(30));
+        settings.provider_timeout = Duration::from_secs(60);
+        assert_eq!(
+            shutdown_grace(&settings),
+            Duration::from_secs(3 * 62 + 2 + 5)
+        );
+        settings.provider_timeout = Duration::from_secs(3_600);
+        assert_eq!(shutdown_grace(&settings), Duration::from_secs(600));
+    }
 }

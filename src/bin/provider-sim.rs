@@ -52,7 +52,10 @@ struct Cli {}
 fn main() -> ExitCode {
     // Usage errors exit 2, `--help` and `--version` 0, before any setting is read.
     Cli::parse();
-    let _ = dotenvy::dotenv();
+    if let Err(e) = payments_api::config::load_dotenv() {
+        eprintln!("provider-sim: {e}");
+        return ExitCode::from(2);
+    }
     let format = match setting("LOG_FORMAT").as_deref().map(str::trim) {
         None | Some("pretty") => LogFormat::Pretty,
         Some("json") => LogFormat::Json,
@@ -96,6 +99,13 @@ fn run() -> Result<(), String> {
     };
     let webhooks = match (setting("WEBHOOK_URL"), setting("WEBHOOK_SECRET")) {
         (Some(url), Some(secret)) => {
+            let url = url.trim().to_owned();
+            if payments_api::domain::EndpointUrl::parse(&url).is_err() {
+                return Err(format!(
+                    "invalid value for WEBHOOK_URL: expected an http:// or https:// URL with a \
+                     host, got {url:?}"
+                ));
+            }
             let secret = WebhookSecret::parse(secret.trim())
                 .map_err(|e| format!("invalid value for WEBHOOK_SECRET: {e}"))?;
             Some((

@@ -201,6 +201,26 @@ async fn a_bad_setting_stops_the_start_and_names_the_variable() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("PROVIDER_TIMEOUT_MS"), "{stderr}");
     assert!(stderr.contains("soon"), "{stderr}");
+
+    // A .env file that cannot be read is not used in part: it stops the start too.
+    let folder = std::env::temp_dir().join(format!("dotenv-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).expect("a folder");
+    std::fs::write(
+        folder.join(".env"),
+        "BIND_ADDR=127.0.0.1:0\nnot a setting\n",
+    )
+    .expect(".env");
+    let output = Command::new(env!("CARGO_BIN_EXE_payments-api"))
+        .current_dir(&folder)
+        .env_clear()
+        .env("DATABASE_URL", "sqlite://never-created.db")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the binary runs");
+    let _ = std::fs::remove_dir_all(&folder);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(".env"), "{stderr}");
 }
 
 /// Settings judged only once the database is open (or by libpq) are bad settings all the
@@ -288,12 +308,17 @@ async fn provider_sim_has_help_and_a_bad_setting_stops_it() {
     assert!(stdout.contains("Usage: provider-sim"), "{stdout}");
     assert!(stdout.contains("PROVIDER_FAIL_RATE"), "{stdout}");
     assert_eq!(run(&["--bogus"], &[]).status.code(), Some(2));
-    for (name, value) in [
-        ("RUST_LOG", "[[["),
-        ("LOG_FORMAT", "xml"),
-        ("PROVIDER_FAIL_RATE", "2"),
+    // WEBHOOK_URL goes with a good secret: its own value is what stops the start.
+    let secret = ("WEBHOOK_SECRET", WEBHOOK_SECRET);
+    for (name, value, with) in [
+        ("RUST_LOG", "[[[", None),
+        ("LOG_FORMAT", "xml", None),
+        ("PROVIDER_FAIL_RATE", "2", None),
+        ("WEBHOOK_URL", "abc", Some(secret)),
+        ("WEBHOOK_URL", "ftp://x/y", Some(secret)),
     ] {
-        let output = run(&[], &[(name, value)]);
+        let env: Vec<(&str, &str)> = std::iter::once((name, value)).chain(with).collect();
+        let output = run(&[], &env);
         assert_eq!(output.status.code(), Some(2), "{name}={value}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(name), "{stderr}");
