@@ -15,9 +15,11 @@ pub const MAX_EVIDENCE_CHARS: usize = 20_000;
 #[schema(as = UpdateDisputeRequest)]
 pub struct DisputeEvidence {
     /// `{"text": "…"}`: at most 20 000 characters.
-    #[schema(value_type = Object, example = json!({"text": "Delivered to the cardholder, signed for."}))]
+    #[serde(rename = "evidence")]
+    #[schema(value_type = Option<Object>, example = json!({"text": "Delivered to the cardholder, signed for."}))]
     pub text: Option<String>,
     /// Send the evidence to the provider now: the dispute moves to `under_review`.
+    #[serde(default)]
     #[schema(default = false)]
     pub submit: bool,
 }

@@ -50,7 +50,7 @@ pub struct NewPayment {
     #[schema(value_type = String, example = "usd")]
     pub currency: Currency,
     /// A test token: `pm_card_visa`, `pm_card_declined`, `pm_card_async`, …
-    #[schema(max_length = 255, example = "pm_card_visa")]
+    #[schema(min_length = 1, max_length = 255, example = "pm_card_visa")]
     pub payment_method: String,
     #[schema(max_length = 255)]
     pub customer_id: Option<String>,

@@ -20,7 +20,8 @@ pub struct NewPayout {
     #[schema(value_type = String, example = "usd")]
     pub currency: Currency,
     /// The bank account: `ba_` and 1 to 64 of A–Z a–z 0–9 _. Default `ba_test_instant`.
-    #[schema(example = "ba_test_instant")]
+    #[serde(default)]
+    #[schema(example = "ba_test_instant", pattern = "^ba_[A-Za-z0-9_]{1,64}$")]
     pub destination: String,
     #[schema(max_length = 1000)]
     pub description: Option<String>,

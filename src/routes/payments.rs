@@ -58,7 +58,7 @@ pub async fn create(
     tag = "payments",
     security(("api_key" = [])),
     params(("id" = String, Path, description = "Payment id (`pay_…`)"), crate::routes::openapi::IdempotencyKeyHeader),
-    request_body(content = NewCapture, content_type = "application/json", description = "Optional: no body captures all of `amount_capturable`"),
+    request_body(content = Option<NewCapture>, content_type = "application/json", description = "Optional: no body captures all of `amount_capturable`"),
     responses(
         (status = 200, description = "Captured: the payment is `succeeded`, `amount_captured` is what was charged, `amount_capturable` 0",
             body = crate::payments::view::PaymentObject,

@@ -184,7 +184,7 @@ pub async fn delete(
     tag = "webhook endpoints",
     security(("api_key" = [])),
     params(("id" = String, Path, description = "Endpoint id (`we_…`)"), OptionalIdempotencyKeyHeader),
-    request_body(content = Rotation, content_type = "application/json", description = "Optional"),
+    request_body(content = Option<Rotation>, content_type = "application/json", description = "Optional"),
     responses(
         (status = 200, description = "The endpoint with its new `secret`", body = crate::webhook_endpoints::view::EndpointObject,
             headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),

@@ -182,6 +182,7 @@ impl EndpointUpdate {
 #[schema(as = RotateSecretRequest)]
 pub struct Rotation {
     /// How long the current secret keeps signing (beside the new one), 0 to 604800 s.
+    #[serde(default)]
     #[schema(minimum = 0, maximum = 604_800, default = 86_400)]
     pub expire_current_in_s: i64,
 }
@@ -229,6 +230,7 @@ pub struct Replay {
     #[schema(value_type = Option<String>, format = DateTime, example = "2026-12-01T00:00:00Z")]
     pub until: Option<Timestamp>,
     /// `failed` (default) or `all`.
+    #[serde(default)]
     pub status: ReplayScope,
 }
 

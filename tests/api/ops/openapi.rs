@@ -178,6 +178,28 @@ async fn the_openapi_document_describes_every_route_the_service_serves() {
         doc["paths"]["/health/ready"]["get"]["responses"]["503"]["headers"]["Retry-After"]
             .is_object()
     );
+
+    // Request schemas name the fields the parsers read, and require only what they require
+    // (a client built from the document sent `text` for `evidence`, and every field).
+    let schemas = &doc["components"]["schemas"];
+    let dispute = &schemas["UpdateDisputeRequest"];
+    assert!(dispute["properties"]["evidence"].is_object(), "{dispute}");
+    assert!(dispute["properties"]["text"].is_null(), "{dispute}");
+    for (schema, required) in [
+        ("UpdateDisputeRequest", json!(null)),
+        ("CreatePayoutRequest", json!(["amount", "currency"])),
+        ("RotateSecretRequest", json!(null)),
+        ("ReplayRequest", json!(["since"])),
+    ] {
+        assert_eq!(schemas[schema]["required"], required, "{schema}");
+    }
+    for path in [
+        "/v1/payments/{id}/capture",
+        "/v1/webhook_endpoints/{id}/rotate_secret",
+    ] {
+        let body = &doc["paths"][path]["post"]["requestBody"];
+        assert_ne!(body["required"], true, "{path}: the body is optional");
+    }
 }
 
 #[actix_web::test]
