@@ -278,9 +278,6 @@ pub struct DisputedPayment {
     pub merchant_id: String,
     #[diesel(deserialize_as = String)]
     pub status: crate::domain::PaymentStatus,
-    pub amount_captured: i64,
-    /// What its open and lost disputes hold.
-    pub amount_disputed: i64,
     pub currency: String,
     pub provider_charge_id: Option<String>,
 }
