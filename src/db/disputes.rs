@@ -290,6 +290,19 @@ pub fn find_payment(conn: &mut DbConnection, id: &str) -> QueryResult<Option<Dis
         .optional()
 }
 
+/// Serialises, until the end of the caller's transaction, every provider event of one
+/// provider dispute (its opening, its moves, and a kept one applied later), on every
+/// instance: each then reads what the one before it committed. Without it an opening and a
+/// move arriving at once each missed the other's write: the move was kept "until the
+/// opening" after the opening had looked for kept moves, and was never applied. The caller
+/// has recorded the webhook already (on SQLite that holds the write lock).
+pub fn lock_provider_dispute(
+    conn: &mut DbConnection,
+    provider_dispute_id: &str,
+) -> QueryResult<()> {
+    super::lock_until_commit(conn, &format!("dispute:{provider_dispute_id}"))
+}
+
 // --- deferred provider events ---
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]

@@ -58,6 +58,22 @@ pub fn read_snapshot<T>(
     })
 }
 
+/// Serialises, until the end of the caller's transaction and on every instance, the
+/// transactions that take the lock named `name`. PostgreSQL: a transaction-scoped advisory
+/// lock on the name's hash (it holds behind a pooler in transaction mode too; two names that
+/// share a hash only wait for each other). SQLite: nothing, for the caller's transaction
+/// holds the database's one write lock already (it has written before it reads what the
+/// lock guards).
+pub fn lock_until_commit(conn: &mut DbConnection, name: &str) -> diesel::QueryResult<()> {
+    use diesel::RunQueryDsl;
+    if let DbConnection::Postgres(pg) = conn {
+        diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind::<diesel::sql_types::Text, _>(name)
+            .execute(pg)?;
+    }
+    Ok(())
+}
+
 /// Lists are read newest first, `limit + 1` rows: the one past the page says whether more
 /// follow. Returns the page and `has_more`.
 pub fn page<T>(mut rows: Vec<T>, limit: i64) -> (Vec<T>, bool) {

@@ -46,17 +46,10 @@ pub fn insert(conn: &mut DbConnection, row: &PayoutRow) -> QueryResult<()> {
 }
 
 /// Serialises, until the end of the caller's transaction, everything that decides whether
-/// a payout of `merchant_id` in `currency` fits the available balance, on every instance.
-/// PostgreSQL: a transaction-scoped advisory lock on the pair (it holds behind a pooler in
-/// transaction mode too). SQLite: the caller's transaction already holds the database's
-/// one write lock (its claim insert came first), so nothing more is needed.
+/// a payout of `merchant_id` in `currency` fits the available balance, on every instance
+/// (on SQLite the claim insert that came first holds the write lock already).
 pub fn lock_balance(conn: &mut DbConnection, merchant_id: &str, currency: &str) -> QueryResult<()> {
-    if let DbConnection::Postgres(pg) = conn {
-        diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-            .bind::<diesel::sql_types::Text, _>(format!("balance:{merchant_id}:{currency}"))
-            .execute(pg)?;
-    }
-    Ok(())
+    super::lock_until_commit(conn, &format!("balance:{merchant_id}:{currency}"))
 }
 
 /// Turns a fresh claim into a stored refusal: its answer is final and replayed.

@@ -132,6 +132,7 @@ fn open_dispute(
     at: Timestamp,
     policy: &LedgerPolicy,
 ) -> diesel::QueryResult<Applied> {
+    dispute_rows::lock_provider_dispute(conn, &data.dispute_id)?;
     let opening = Opening {
         provider_dispute_id: data.dispute_id.clone(),
         charge_id: data.charge_id.clone(),
@@ -195,6 +196,7 @@ fn move_dispute(
             ));
         }
     };
+    dispute_rows::lock_provider_dispute(conn, &data.dispute_id)?;
     let Some(dispute) = dispute_rows::find_by_provider_id(conn, &data.dispute_id)? else {
         // Kept: with its dispute's opening if that waits for its payment, else until the
         // opening comes (a provider's webhooks are not ordered; a move never followed by

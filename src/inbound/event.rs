@@ -95,6 +95,12 @@ pub(super) enum Effect {
     Ignore(&'static str),
 }
 
+/// The longest provider dispute id taken, in bytes (as every id the contract bounds). It is
+/// a unique key: PostgreSQL refuses an index entry over about 2 700 bytes, so a longer one
+/// was a 500 the provider would retry for ever.
+const MAX_DISPUTE_ID: usize = 255;
+const DISPUTE_ID_TOO_LONG: &str = "dispute id longer than 255 bytes";
+
 pub(super) const DISPUTE_CREATED: &str = "charge.dispute.created";
 pub(super) const DISPUTE_UPDATED: &str = "charge.dispute.updated";
 pub(super) const DISPUTE_CLOSED: &str = "charge.dispute.closed";
@@ -124,12 +130,18 @@ pub(super) fn effect_of(envelope: Envelope) -> Effect {
         }
         DISPUTE_CREATED => {
             return match serde_json::from_value::<DisputeCreatedData>(envelope.data) {
+                Ok(data) if data.dispute_id.len() > MAX_DISPUTE_ID => {
+                    Effect::Ignore(DISPUTE_ID_TOO_LONG)
+                }
                 Ok(data) => Effect::OpenDispute(data),
                 Err(_) => Effect::Ignore("dispute event data is malformed"),
             };
         }
         kind @ (DISPUTE_UPDATED | DISPUTE_CLOSED) => {
             return match serde_json::from_value::<DisputeMoveData>(envelope.data) {
+                Ok(data) if data.dispute_id.len() > MAX_DISPUTE_ID => {
+                    Effect::Ignore(DISPUTE_ID_TOO_LONG)
+                }
                 Ok(data) => Effect::MoveDispute {
                     closing: kind == DISPUTE_CLOSED,
                     data,

@@ -91,19 +91,6 @@ impl TestApp {
         response.json()
     }
 
-    /// The events of `kind` about `object_id`.
-    async fn events_about(&self, kind: &str, object_id: &str) -> usize {
-        let response = self.get(&format!("/v1/events?type={kind}&limit=100")).await;
-        assert_eq!(response.status, 200, "{}", response.text());
-        response.json()["data"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .filter(|e| e["data"]["object"]["id"] == object_id)
-            .count()
-    }
-
     /// Posts a provider event signed with the test secret, under a new webhook id.
     pub(crate) async fn provider_event(&self, kind: &str, data: Value) -> TestResponse {
         self.provider_event_with_id(&event_id(), kind, data).await

@@ -109,6 +109,23 @@ impl TestApp {
         self.get_as(path, &self.api_key).await
     }
 
+    /// The events of type `kind` about the object `object_id`, from the first page of
+    /// `GET /v1/events` (newest first, 100).
+    pub async fn events_about(&self, kind: &str, object_id: &str) -> Vec<serde_json::Value> {
+        let response = self.get(&format!("/v1/events?type={kind}&limit=100")).await;
+        assert_eq!(response.status, 200, "{}", response.text());
+        let events = response.json();
+        events["data"]
+            .as_array()
+            .map(|all| {
+                all.iter()
+                    .filter(|e| e["data"]["object"]["id"] == object_id)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     pub async fn get_as(&self, path: &str, api_key: &str) -> TestResponse {
         let auth = format!("Bearer {api_key}");
         self.request("GET", path, &[("Authorization", auth)], Vec::new())
