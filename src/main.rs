@@ -144,7 +144,11 @@ fn main() -> ExitCode {
         Command::ApiKeys(command) => connect(settings).and_then(|db| Ok(api_keys(&db, command)?)),
         Command::Ledger(LedgerCommand::Verify) => existing(&settings)
             .map_err(Failure::from)
-            .and_then(|()| connect(settings))
+            .and_then(|()| {
+                let mut settings = settings;
+                settings.database_pool_size = 1;
+                Ok(payments_api::startup::connect_current(&settings)?)
+            })
             .and_then(|db| Ok(verify(&db)?)),
         Command::Reconcile { from, to } => return reconcile(settings, from, to),
     };
@@ -197,6 +201,9 @@ fn existing(settings: &Settings) -> Result<(), String> {
     match DatabaseTarget::parse(&settings.database_url) {
         Ok(DatabaseTarget::Sqlite(path)) if !path.exists() => {
             Err(format!("no database at {}", path.display()))
+        }
+        Ok(DatabaseTarget::Sqlite(path)) if path.metadata().is_ok_and(|m| m.len() == 0) => {
+            Err(format!("no database at {} (an empty file)", path.display()))
         }
         _ => Ok(()),
     }

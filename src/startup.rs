@@ -66,6 +66,16 @@ fn bare_not_found_as_problem(res: ServiceResponse) -> ServiceResponse {
 
 /// Opens the pool and brings the schema up to date.
 pub fn connect_and_migrate(settings: &Settings) -> Result<Db, StartupError> {
+    open_database(settings, true)
+}
+
+/// Opens the pool on a database whose schema must be up to date already, and changes
+/// nothing: a check of a database must not write to it (nor make a new one pass).
+pub fn connect_current(settings: &Settings) -> Result<Db, StartupError> {
+    open_database(settings, false)
+}
+
+fn open_database(settings: &Settings, migrate: bool) -> Result<Db, StartupError> {
     let target = DatabaseTarget::parse(&settings.database_url)
         .map_err(|why| crate::config::ConfigError::new("DATABASE_URL", why))?;
     let pool = db::pool::build_pool(
@@ -77,15 +87,18 @@ pub fn connect_and_migrate(settings: &Settings) -> Result<Db, StartupError> {
     let mut conn = pool
         .get()
         .map_err(|e| StartupError::Database(format!("cannot connect to the database: {e}")))?;
-    db::migrate::run_migrations(&mut conn).map_err(StartupError::Database)?;
+    if migrate {
+        db::migrate::run_migrations(&mut conn).map_err(StartupError::Database)?;
+    } else {
+        db::migrate::check_current(&mut conn).map_err(StartupError::Database)?;
+    }
     drop(conn);
     Ok(Db::new(pool, &target))
 }
 
 impl Application {
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let tls = crate::tls::client_tls(settings.tls_ca_file.as_deref())
-            .map_err(|why| crate::config::ConfigError::new("TLS_CA_FILE", why))?;
+        let tls = client_tls(&settings)?;
         let db = {
             let settings = settings.clone();
             actix_web::rt::task::spawn_blocking(move || connect_and_migrate(&settings))
@@ -265,13 +278,12 @@ fn start_background_tasks(state: &AppState) {
     crate::deliveries::spawn_worker(state);
 }
 
-/// Where this server receives provider webhooks, as seen from this host.
 /// The provider a command (not the server) talks to: over HTTP at `PROVIDER_URL`, or,
 /// without one, a fresh in-process simulator, which has moved no money yet (said on stderr).
-pub fn command_provider(settings: &Settings) -> Result<Arc<dyn PaymentProvider>, String> {
+pub fn command_provider(settings: &Settings) -> Result<Arc<dyn PaymentProvider>, StartupError> {
     match &settings.provider_url {
         Some(url) => {
-            let tls = crate::tls::client_tls(settings.tls_ca_file.as_deref())?;
+            let tls = client_tls(settings)?;
             Ok(Arc::new(HttpProvider::new(
                 url.clone(),
                 settings.provider_timeout,
@@ -292,6 +304,13 @@ pub fn command_provider(settings: &Settings) -> Result<Arc<dyn PaymentProvider>,
     }
 }
 
+/// What `https` calls out trust: a `TLS_CA_FILE` that cannot be read is a bad setting.
+fn client_tls(settings: &Settings) -> Result<crate::tls::ClientTls, crate::config::ConfigError> {
+    crate::tls::client_tls(settings.tls_ca_file.as_deref())
+        .map_err(|why| crate::config::ConfigError::new("TLS_CA_FILE", why))
+}
+
+/// Where this server receives provider webhooks, as seen from this host.
 fn self_webhook_url(addr: SocketAddr) -> String {
     let host = match addr.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),

@@ -202,7 +202,7 @@ pub async fn render_balance(
                                 td { (money(t.amount, &t.currency)) }
                                 td { (money(t.fee, &t.currency)) }
                                 td { (money(t.net, &t.currency)) }
-                                td { @if t.available_on <= at { "available" } @else { "pending until " (format_timestamp(t.available_on)) } }
+                                td { @if t.is_available(at) { "available" } @else { "pending until " (format_timestamp(t.available_on)) } }
                                 td { (t.source_id) }
                                 td { (format_timestamp(t.created_at)) }
                             }

@@ -2,7 +2,7 @@
 //! changed (the database refuses UPDATE and DELETE on both), and the reads of them.
 //!
 //! A balance is not stored anywhere: it is the sum of a merchant's transactions, so no
-//! row is updated by every payment (no hot account), and a pending transaction counts as
+//! row is updated by every payment (no hot account), and a pending charge counts as
 //! available the moment its `available_on` passes, with nothing written.
 
 use diesel::prelude::*;
@@ -26,6 +26,22 @@ pub struct TransactionRow {
     pub available_on: Timestamp,
     pub created_at: Timestamp,
 }
+
+impl TransactionRow {
+    /// Whether it counts as available at `at`: a charge once its `available_on` has passed;
+    /// every other kind from the moment it is written (a refund, payout or dispute takes
+    /// money at once, and a failure or reversal gives it back at once), whatever the clock of
+    /// the instance that reads it. [`balance`] and [`available`] sum by the same rule.
+    pub fn is_available(&self, at: Timestamp) -> bool {
+        self.txn_type != WAITS || self.available_on <= at
+    }
+}
+
+/// The one kind of transaction whose money waits for its `available_on`. Every other kind
+/// is available however far its `available_on` (its writer's clock) is ahead of the
+/// reader's: a payout written by an instance whose clock ran ahead was pending to the others
+/// until their clocks caught up, and a payout there did not count it (paid twice over).
+const WAITS: &str = "charge";
 
 /// One entry of a transaction (only ever written: verification reads entries in SQL).
 #[derive(Debug, Clone, Insertable)]
@@ -178,13 +194,18 @@ pub fn balance(
 ) -> QueryResult<Vec<CurrencyBalance>> {
     let available: Vec<(String, Option<i64>)> = balance_transactions::table
         .filter(balance_transactions::merchant_id.eq(merchant_id))
-        .filter(balance_transactions::available_on.le(at))
+        .filter(
+            balance_transactions::available_on
+                .le(at)
+                .or(balance_transactions::txn_type.ne(WAITS)),
+        )
         .group_by(balance_transactions::currency)
         .select((balance_transactions::currency, sum_of_net()))
         .load(conn)?;
     let pending: Vec<(String, Option<i64>)> = balance_transactions::table
         .filter(balance_transactions::merchant_id.eq(merchant_id))
         .filter(balance_transactions::available_on.gt(at))
+        .filter(balance_transactions::txn_type.eq(WAITS))
         .group_by(balance_transactions::currency)
         .select((balance_transactions::currency, sum_of_net()))
         .load(conn)?;
@@ -220,7 +241,11 @@ pub fn available(
     balance_transactions::table
         .filter(balance_transactions::merchant_id.eq(merchant_id))
         .filter(balance_transactions::currency.eq(currency))
-        .filter(balance_transactions::available_on.le(at))
+        .filter(
+            balance_transactions::available_on
+                .le(at)
+                .or(balance_transactions::txn_type.ne(WAITS)),
+        )
         .select(sum_of_net())
         .first::<Option<i64>>(conn)
         .map(|sum| sum.unwrap_or(0))
@@ -368,4 +393,78 @@ pub fn counts(conn: &mut DbConnection) -> QueryResult<Counts> {
         transactions: balance_transactions::table.count().get_result(conn)?,
         entries: ledger_entries::table.count().get_result(conn)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::connection::SimpleConnection;
+    use diesel::{Connection, SqliteConnection};
+
+    use super::*;
+    use crate::db::migrate::{run_migrations, tests::Schema};
+    use crate::domain::{LedgerPolicy, now};
+    use crate::ledger::{Posting, post};
+
+    /// A payout written by an instance whose clock runs 10 s ahead of this one's: its
+    /// `available_on` is in this reader's future, and it must still leave `available` here
+    /// at once, or a payout made here would not count it (on SQLite, and on PostgreSQL when
+    /// the tests have one).
+    #[test]
+    fn a_debit_written_ahead_of_the_readers_clock_leaves_available_at_once() {
+        let sqlite = SqliteConnection::establish(":memory:").expect("sqlite");
+        let mut connections = vec![(None, DbConnection::Sqlite(sqlite))];
+        if let Some((schema, pg)) = Schema::migrated() {
+            connections.push((Some(schema), pg));
+        }
+        for (_schema, mut conn) in connections {
+            run_migrations(&mut conn).expect("migrated");
+            conn.batch_execute(
+                "INSERT INTO merchants (id, name, created_at) \
+                 VALUES ('mer_t', 't', CURRENT_TIMESTAMP)",
+            )
+            .expect("merchant");
+            let at = now();
+            let at_once = LedgerPolicy {
+                fee_percent_bps: 0,
+                fee_fixed: 0,
+                pending: std::time::Duration::ZERO,
+                ..LedgerPolicy::default()
+            };
+            let waits = LedgerPolicy {
+                pending: LedgerPolicy::default().pending,
+                ..at_once
+            };
+            let ahead = at + chrono::Duration::seconds(10);
+            post(
+                &mut conn,
+                &[
+                    Posting::charge(&at_once, "mer_t", "pay_a", 10_000, "usd", at),
+                    Posting::payout("mer_t", "po_ahead", 9_000, "usd", ahead),
+                    // A charge still waits for its own `available_on`.
+                    Posting::charge(&waits, "mer_t", "pay_b", 500, "usd", at),
+                ],
+            )
+            .expect("posted");
+            assert_eq!(available(&mut conn, "mer_t", "usd", at).unwrap(), 1_000);
+            let balance = balance(&mut conn, "mer_t", at).unwrap();
+            assert_eq!(
+                (balance[0].available, balance[0].pending),
+                (1_000, 500),
+                "the payout is not pending"
+            );
+            let rows: Vec<TransactionRow> = balance_transactions::table
+                .order(balance_transactions::source_id)
+                .select(TransactionRow::as_select())
+                .load(&mut conn)
+                .unwrap();
+            let status: Vec<(&str, bool)> = rows
+                .iter()
+                .map(|r| (r.source_id.as_str(), r.is_available(at)))
+                .collect();
+            assert_eq!(
+                status,
+                [("pay_a", true), ("pay_b", false), ("po_ahead", true)]
+            );
+        }
+    }
 }

@@ -53,6 +53,39 @@ pub fn run_migrations(conn: &mut DbConnection) -> Result<(), String> {
     }
 }
 
+/// Whether every embedded migration of the connection's backend has been applied, read
+/// without writing anything (diesel's own check would make its table of migrations first).
+pub fn check_current(conn: &mut DbConnection) -> Result<(), String> {
+    use diesel::migration::MigrationSource;
+    let expected: Result<Vec<String>, _> = match conn {
+        DbConnection::Postgres(_) => MigrationSource::<diesel::pg::Pg>::migrations(&PG_MIGRATIONS)
+            .map(|all| all.iter().map(|m| m.name().version().to_string()).collect()),
+        DbConnection::Sqlite(_) => {
+            MigrationSource::<diesel::sqlite::Sqlite>::migrations(&SQLITE_MIGRATIONS)
+                .map(|all| all.iter().map(|m| m.name().version().to_string()).collect())
+        }
+    };
+    let expected = expected.map_err(|e| format!("cannot read the migrations: {e}"))?;
+    let not_migrated = "the database holds no payments-api schema, or an older one: run                         `payments-api migrate` (or start the service) first";
+    let applied: Vec<String> = diesel::sql_query("SELECT version FROM __diesel_schema_migrations")
+        .load::<AppliedMigration>(conn)
+        .map_err(|_| not_migrated.to_owned())?
+        .into_iter()
+        .map(|row| row.version)
+        .collect();
+    if expected.iter().all(|version| applied.contains(version)) {
+        Ok(())
+    } else {
+        Err(not_migrated.to_owned())
+    }
+}
+
+#[derive(diesel::QueryableByName)]
+struct AppliedMigration {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    version: String,
+}
+
 #[derive(diesel::QueryableByName)]
 struct ForeignKeyViolations {
     #[diesel(sql_type = diesel::sql_types::BigInt)]

@@ -69,7 +69,7 @@ impl<'a> TransactionObject<'a> {
             fee: row.fee,
             net: row.net,
             currency: &row.currency,
-            status: if row.available_on <= at {
+            status: if row.is_available(at) {
                 "available"
             } else {
                 "pending"

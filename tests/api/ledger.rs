@@ -410,6 +410,41 @@ fn ledger_verify_of_a_database_that_is_not_there_fails_and_makes_none() {
     assert!(!path.exists(), "verify made {}", path.display());
 }
 
+/// Nor migrate what it checks: on a database that holds no schema (an empty SQLite file, an
+/// empty PostgreSQL schema) `ledger verify` fails and writes nothing; it used to migrate it
+/// and pass.
+#[test]
+fn ledger_verify_of_a_database_without_the_schema_fails_and_writes_nothing() {
+    let (database, url) = TestDatabase::create();
+    let tables = |url: &str| -> i64 {
+        #[derive(QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        let mut conn = PgConnection::establish(url).expect("connect");
+        diesel::sql_query(
+            "SELECT count(*) AS n FROM information_schema.tables \
+             WHERE table_schema = current_schema()",
+        )
+        .get_result::<Count>(&mut conn)
+        .expect("count")
+        .n
+    };
+    let sqlite = url.strip_prefix("sqlite://").map(std::path::PathBuf::from);
+    match &sqlite {
+        Some(path) => std::fs::write(path, b"").expect("an empty file"),
+        None => assert_eq!(tables(&url), 0),
+    }
+    let (code, out) = verify_command(&url);
+    assert_eq!(code, 1, "{out}");
+    match &sqlite {
+        Some(path) => assert_eq!(std::fs::metadata(path).expect("still there").len(), 0),
+        None => assert_eq!(tables(&url), 0, "verify made tables"),
+    }
+    drop(database);
+}
+
 #[actix_web::test]
 async fn an_upgraded_database_gets_the_transactions_of_what_existed_before_the_ledger() {
     let (database, url) = TestDatabase::create();

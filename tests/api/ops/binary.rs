@@ -284,6 +284,16 @@ async fn settings_judged_at_the_start_stop_it_with_exit_2_and_their_name() {
         assert!(stderr.contains(name), "{env:?}: {stderr}");
         assert!(!stderr.contains("Sup3rS3cret"), "{stderr}");
     }
+    // `reconcile` reads TLS_CA_FILE when it calls the provider, and judges it the same way.
+    let (code, _, stderr) = run(
+        &["reconcile"],
+        &[
+            ("TLS_CA_FILE", "/nonexistent/ca.pem"),
+            ("PROVIDER_URL", "https://127.0.0.1:9"),
+        ],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("TLS_CA_FILE"), "{stderr}");
 }
 
 /// `provider-sim` too: `--help` describes it and exits 0 (it does not start serving); a
