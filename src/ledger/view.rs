@@ -5,8 +5,8 @@ use serde::Serialize;
 use crate::db::ledger::{CurrencyBalance, TransactionRow};
 use crate::domain::{Timestamp, format_timestamp};
 
-/// `pending` until `available_on` has passed, then `available`: read off the clock, never
-/// written.
+/// A charge is `pending` until its `available_on` has passed, then `available`: read off
+/// the clock, never written. Every other kind is `available` from the start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
 #[schema(rename_all = "lowercase")]
 pub enum TransactionStatus {

@@ -76,8 +76,21 @@ pub struct Discrepancy {
 }
 
 impl Discrepancy {
-    /// What makes two findings the same discrepancy.
+    /// What makes two findings the same discrepancy: its parts as text, or their SHA-256
+    /// when that is longer than 255 bytes (the report's references and movement ids are the
+    /// provider's, of any length, and the fingerprint is a unique key, which PostgreSQL caps
+    /// at about 2 700 bytes per entry). Fingerprints stored before were all short, so each
+    /// still names its discrepancy.
     pub fn fingerprint(&self) -> String {
+        let parts = self.parts();
+        if parts.len() > MAX_FINGERPRINT {
+            format!("sha256:{}", crate::domain::sha256_hex(parts.as_bytes()))
+        } else {
+            parts
+        }
+    }
+
+    fn parts(&self) -> String {
         let mut fingerprint = format!(
             "{}:{}:{}:{}",
             self.kind.as_str(),
@@ -92,6 +105,9 @@ impl Discrepancy {
         fingerprint
     }
 }
+
+/// The longest fingerprint kept as written.
+const MAX_FINGERPRINT: usize = 255;
 
 /// The window a run covers: `[from, to)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

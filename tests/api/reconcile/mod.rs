@@ -343,6 +343,27 @@ async fn each_kind_of_discrepancy_is_found_once_and_resolved_when_the_report_is_
     );
 }
 
+/// A movement whose reference is longer than any index entry may be (the provider's, of any
+/// length) is found, stored once and found again like any other: it stopped the run on
+/// PostgreSQL ("index row size exceeds maximum").
+#[actix_web::test]
+async fn a_movement_with_a_reference_of_any_length_is_one_discrepancy() {
+    let app = spawn_app().await;
+    let long = format!("pay_{}", "x".repeat(3000));
+    let report = ScriptedReport::default();
+    report.set(vec![movement(1, MovementKind::Charge, &long, 10, "usd")]);
+    let (first, found) = run(&app, &report).await;
+    assert_eq!(kinds(&found), [("missing_here".to_owned(), long.clone())]);
+    assert_eq!(first.open_total(), 1);
+    let stored = stored_discrepancies(&app).await;
+    assert_eq!(stored.len(), 1);
+    assert!(stored[0].0.len() <= 255, "{}", stored[0].0);
+    let (second, again) = run(&app, &report).await;
+    assert_eq!(kinds(&again), kinds(&found));
+    assert_eq!(second.open_total(), 1);
+    assert_eq!(stored_discrepancies(&app).await, stored, "stored once");
+}
+
 /// A dispute's movement names its payment, which may have several disputes: each movement
 /// is one of them, a missing one is found (and stored) on its own, and a third movement
 /// for two disputes is a duplicate.
