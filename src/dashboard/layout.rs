@@ -137,7 +137,7 @@ pub fn csrf_failed() -> HttpResponse {
         None,
         html! {
             h1 { "Refused" }
-            p.error role="alert" { "csrf_failed: this form was not sent from a page of this session; nothing was done." }
+            p.error role="alert" { "csrf_failed: this form was not sent from this dashboard's own page; nothing was done." }
             p { a href="/dashboard" { "Back to the dashboard" } }
         },
     )

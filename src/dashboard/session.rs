@@ -113,6 +113,21 @@ pub fn csrf_ok(session: &Session, given: Option<&str>) -> bool {
     })
 }
 
+/// Whether the browser says this request came from a page of another site
+/// (`Sec-Fetch-Site: cross-site` or `same-site`, as a current browser sends with a form
+/// another site posts). The sign-in form has no session to bind a `csrf_token` to, so this
+/// is what keeps another site from signing a browser in with a key of its choosing (login
+/// CSRF). The header names the page's site, not a host, so it holds behind a proxy that
+/// rewrites `Host`; clients that are not browsers do not send it.
+fn sent_from_another_site(req: &HttpRequest) -> bool {
+    req.headers()
+        .get("sec-fetch-site")
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|site| {
+            site.eq_ignore_ascii_case("cross-site") || site.eq_ignore_ascii_case("same-site")
+        })
+}
+
 #[derive(Deserialize)]
 pub struct SignIn {
     api_key: String,
@@ -125,6 +140,10 @@ pub async fn sign_in(
     req: HttpRequest,
     form: web::Form<SignIn>,
 ) -> HttpResponse {
+    if sent_from_another_site(&req) {
+        tracing::info!("dashboard sign-in from another site refused");
+        return layout::csrf_failed();
+    }
     let client = req.peer_addr().map(|a| a.ip());
     if state.rate_limits.wrong_keys_exceeded(client, false) {
         return layout::too_many_attempts();

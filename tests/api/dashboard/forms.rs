@@ -1,7 +1,7 @@
 //! Sessions, CSRF, escaping and once-only actions, over plain HTTP.
 
 use futures_util::future::join_all;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{Visitor, input_value, manual};
 use crate::support::{spawn_app, spawn_app_with, visa};
@@ -66,6 +66,43 @@ async fn a_key_signs_in_a_server_side_session_that_sign_out_ends() {
     let after = visitor.get("/dashboard/payments").await;
     assert_eq!(after.status, 303, "signed out: back to the sign-in form");
     assert_eq!(after.header("location"), Some("/dashboard"));
+}
+
+/// Login CSRF: a page of another site posting the sign-in form (a browser says so in
+/// `Sec-Fetch-Site`) signs nothing in, even with a valid key; the dashboard's own page does.
+#[actix_web::test]
+async fn a_sign_in_posted_from_another_site_opens_no_session() {
+    let app = spawn_app().await;
+    let mut visitor = Visitor::new(&app);
+    for site in ["cross-site", "same-site"] {
+        let refused = visitor
+            .sign_in_with(&app.api_key, &[("Sec-Fetch-Site", site)])
+            .await;
+        refused.assert_html(403, "csrf_failed");
+        assert!(refused.header("set-cookie").is_none(), "{site}");
+        assert!(visitor.cookie.is_none(), "{site}");
+    }
+    assert_eq!(sessions(&app).await, 0, "no session was opened");
+    for site in ["same-origin", "none"] {
+        let mut visitor = Visitor::new(&app);
+        let signed_in = visitor
+            .sign_in_with(&app.api_key, &[("Sec-Fetch-Site", site)])
+            .await;
+        assert_eq!(signed_in.status, 303, "{site}: {}", signed_in.text());
+        assert_eq!(visitor.get("/dashboard/payments").await.status, 200);
+    }
+    assert_eq!(sessions(&app).await, 2);
+}
+
+/// How many dashboard sessions `app` holds.
+async fn sessions(app: &crate::support::TestApp) -> i64 {
+    use diesel::prelude::*;
+    use payments_api::db::schema::dashboard_sessions;
+    app.state
+        .db
+        .run(|conn| dashboard_sessions::table.count().get_result(conn))
+        .await
+        .expect("counted")
 }
 
 /// The expiry of the one dashboard session of `app`.
@@ -280,10 +317,9 @@ async fn an_authorization_is_captured_or_canceled_from_its_page() {
     );
     // Its event names the request that made it, as an API request's does.
     let made_by = |response: &crate::support::TestResponse, key: &str| json!({"id": response.header("x-request-id").expect("x-request-id"), "idempotency_key": key});
-    assert_eq!(
-        request_of_event(&app, "payment.succeeded", &held).await,
-        made_by(&captured, &key)
-    );
+    let events = app.events_about("payment.succeeded", &held).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["request"], made_by(&captured, &key));
 
     let html = visitor
         .get(&format!("/dashboard/payments/{released}"))
@@ -302,10 +338,9 @@ async fn an_authorization_is_captured_or_canceled_from_its_page() {
         app.get(&format!("/v1/payments/{released}")).await.json()["status"],
         "canceled"
     );
-    assert_eq!(
-        request_of_event(&app, "payment.canceled", &released).await,
-        made_by(&canceled, &key)
-    );
+    let events = app.events_about("payment.canceled", &released).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["request"], made_by(&canceled, &key));
     assert_eq!(app.simulator.captures().len(), 1);
     assert_eq!(app.simulator.cancels().len(), 1);
 }
@@ -365,21 +400,6 @@ async fn input_no_page_can_take_is_refused_with_a_page_and_changes_nothing() {
         );
     }
     assert!(app.simulator.refunds().is_empty());
-}
-
-/// The `request` of the one event of `kind` about `object_id`.
-async fn request_of_event(app: &crate::support::TestApp, kind: &str, object_id: &str) -> Value {
-    let events = app.get(&format!("/v1/events?type={kind}")).await.json();
-    let about: Vec<&Value> = events["data"]
-        .as_array()
-        .map(|all| {
-            all.iter()
-                .filter(|e| e["data"]["object"]["id"] == object_id)
-                .collect()
-        })
-        .unwrap_or_default();
-    assert_eq!(about.len(), 1, "{events}");
-    about[0]["request"].clone()
 }
 
 #[actix_web::test]

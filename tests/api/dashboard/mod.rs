@@ -31,11 +31,20 @@ impl<'a> Visitor<'a> {
         }
     }
 
-    async fn send(&self, method: &str, path: &str, form: Option<&[(&str, &str)]>) -> TestResponse {
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        form: Option<&[(&str, &str)]>,
+        headers: &[(&str, &str)],
+    ) -> TestResponse {
         let method = awc::http::Method::from_bytes(method.as_bytes()).expect("method");
         let mut request = self
             .client
             .request(method, format!("{}{path}", self.app.address));
+        for &(name, value) in headers {
+            request = request.insert_header((name, value));
+        }
         if let Some(cookie) = &self.cookie {
             request = request.insert_header((header::COOKIE, cookie.as_str()));
         }
@@ -53,16 +62,32 @@ impl<'a> Visitor<'a> {
     }
 
     pub(crate) async fn get(&self, path: &str) -> TestResponse {
-        self.send("GET", path, None).await
+        self.send("GET", path, None, &[]).await
     }
 
     async fn post(&self, path: &str, form: &[(&str, &str)]) -> TestResponse {
-        self.send("POST", path, Some(form)).await
+        self.send("POST", path, Some(form), &[]).await
     }
 
     /// Signs in with `key`: the session cookie kept.
     pub(crate) async fn sign_in(&mut self, key: &str) -> TestResponse {
-        let response = self.post("/dashboard/sign-in", &[("api_key", key)]).await;
+        self.sign_in_with(key, &[]).await
+    }
+
+    /// Signs in with `key`, the request carrying `headers` (a browser's own).
+    pub(crate) async fn sign_in_with(
+        &mut self,
+        key: &str,
+        headers: &[(&str, &str)],
+    ) -> TestResponse {
+        let response = self
+            .send(
+                "POST",
+                "/dashboard/sign-in",
+                Some(&[("api_key", key)]),
+                headers,
+            )
+            .await;
         if let Some(set) = response.header("set-cookie") {
             self.cookie = set.split(';').next().map(str::to_owned);
         }
