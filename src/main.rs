@@ -140,15 +140,15 @@ fn main() -> ExitCode {
             serve(settings)
         }
         // The other commands log nothing: their stdout is their output, for scripts.
-        Command::Migrate => connect(settings).map(|_| println!("migrations applied")),
-        Command::ApiKeys(command) => connect(settings).and_then(|db| Ok(api_keys(&db, command)?)),
+        Command::Migrate => {
+            connect(settings, Schema::Migrate).map(|_| println!("migrations applied"))
+        }
+        Command::ApiKeys(command) => {
+            connect(settings, Schema::Migrate).and_then(|db| Ok(api_keys(&db, command)?))
+        }
         Command::Ledger(LedgerCommand::Verify) => existing(&settings)
             .map_err(Failure::from)
-            .and_then(|()| {
-                let mut settings = settings;
-                settings.database_pool_size = 1;
-                Ok(payments_api::startup::connect_current(&settings)?)
-            })
+            .and_then(|()| connect(settings, Schema::AsItIs))
             .and_then(|db| Ok(verify(&db)?)),
         Command::Reconcile { from, to } => return reconcile(settings, from, to),
     };
@@ -188,10 +188,20 @@ impl From<StartupError> for Failure {
     }
 }
 
-/// The database, migrated; one connection is all a command needs.
-fn connect(mut settings: Settings) -> Result<Db, Failure> {
+/// What a command does with the database's schema before it starts.
+enum Schema {
+    Migrate,
+    /// A check must not change what it checks: the schema must be current already.
+    AsItIs,
+}
+
+/// The database, with one connection (all a command needs).
+fn connect(mut settings: Settings, schema: Schema) -> Result<Db, Failure> {
     settings.database_pool_size = 1;
-    Ok(connect_and_migrate(&settings)?)
+    Ok(match schema {
+        Schema::Migrate => connect_and_migrate(&settings)?,
+        Schema::AsItIs => payments_api::startup::connect_current(&settings)?,
+    })
 }
 
 /// A check of a database must not make one: a SQLite file that is not there (a mistyped
@@ -224,7 +234,7 @@ fn reconcile(settings: Settings, from: Option<Timestamp>, to: Option<Timestamp>)
         eprintln!("payments-api: --from must be before --to");
         return ExitCode::from(2);
     }
-    let outcome = connect(settings.clone()).and_then(|db| {
+    let outcome = connect(settings.clone(), Schema::Migrate).and_then(|db| {
         let provider = payments_api::startup::command_provider(&settings)?;
         actix_web::rt::System::new().block_on(async move {
             let mut print = |found: &reconcile::Found| println!("{}", found.json_line());

@@ -66,7 +66,8 @@ pub fn check_current(conn: &mut DbConnection) -> Result<(), String> {
         }
     };
     let expected = expected.map_err(|e| format!("cannot read the migrations: {e}"))?;
-    let not_migrated = "the database holds no payments-api schema, or an older one: run                         `payments-api migrate` (or start the service) first";
+    let not_migrated = "the database holds no payments-api schema, or an older one: run \
+                        `payments-api migrate` (or start the service) first";
     let applied: Vec<String> = diesel::sql_query("SELECT version FROM __diesel_schema_migrations")
         .load::<AppliedMigration>(conn)
         .map_err(|_| not_migrated.to_owned())?
