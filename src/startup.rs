@@ -105,6 +105,7 @@ impl Application {
                 .await
                 .map_err(|e| StartupError::Database(e.to_string()))??
         };
+        follow_database_clock(&db).await;
         let mut bootstrap_revoked = false;
         if let Some(key) = settings.bootstrap_api_key.clone() {
             let bootstrap = db
@@ -220,6 +221,39 @@ impl Application {
 /// Every background task of an instance, started here and nowhere else; each stops when
 /// Where the server's autovacuum is off, analyzes the tables that changed enough, every
 /// [`statistics::EVERY`](crate::db::statistics::EVERY) (see [`crate::db::statistics`]).
+/// Measures how far the database's clock is from this host's and keeps the difference for
+/// [`crate::domain::now`]. A difference over a tenth of a second is logged when it is taken:
+/// this host's clock wants fixing, though the service no longer depends on it.
+async fn follow_database_clock(db: &Db) {
+    match db.run(db::clock::database_ahead).await {
+        Ok(Some(ahead)) => {
+            if crate::domain::follow_database_clock(ahead)
+                && ahead.abs() > chrono::Duration::milliseconds(100)
+            {
+                tracing::warn!(
+                    database_ahead_ms = ahead.num_milliseconds(),
+                    "this host's clock differs from the database's: times are taken from the \
+                     database's"
+                );
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::debug!(error = %e, "could not read the database's clock"),
+    }
+}
+
+/// Measures the database's clock again every [`db::clock::EVERY`].
+fn spawn_clock_keeper(state: &AppState) {
+    let worker = state.clone();
+    let every = db::clock::EVERY;
+    state
+        .shutdown
+        .spawn_periodic("database clock", every, every, move || {
+            let state = worker.clone();
+            async move { follow_database_clock(&state.db).await }
+        });
+}
+
 fn spawn_statistics_keeper(state: &AppState) {
     use crate::db::statistics;
     let worker = state.clone();
@@ -273,6 +307,7 @@ fn start_background_tasks(state: &AppState) {
     crate::reconcile::spawn_metrics(state);
     crate::dashboard::spawn_session_cleanup(state);
     spawn_statistics_keeper(state);
+    spawn_clock_keeper(state);
     inbound::spawn_retention_task(state);
     crate::events::spawn_retention_task(state);
     crate::deliveries::spawn_worker(state);

@@ -5,6 +5,7 @@
 
 mod array;
 pub mod captures;
+pub mod clock;
 pub mod conninfo;
 pub mod dashboard_sessions;
 pub mod deliveries;

@@ -3,7 +3,7 @@
 //! holds, and never moves money.
 //!
 //! ```text
-//! 1. provider movements of [from − LOOKBACK, to), page by page (≤ 1000):
+//! 1. provider movements of [from − LOOKBACK, to + LOOKAHEAD), page by page (≤ 1000):
 //!      look up our objects of the page's references (one query per kind)
 //!      judge each: matched | amount/currency mismatch | missing_here | not final yet (skipped)
 //!      a second movement for one operation of ours: duplicate_at_provider
@@ -15,8 +15,9 @@
 //! ```
 //!
 //! The lookback lets a movement the provider made just before `from` match our move that
-//! became final just after it (the provider moves money first, we record it after); only
-//! movements inside the window are judged.
+//! became final just after it (the provider moves money first, we record it after); the
+//! lookahead, a movement just after `to` by the provider's clock match our move just before
+//! it by ours; only movements inside the window are judged.
 
 mod judge;
 pub mod run;

@@ -16,6 +16,11 @@ use crate::state::AppState;
 /// final just inside it (the provider moves money first; we record it after, sometimes
 /// after a recovery).
 const LOOKBACK: chrono::Duration = chrono::Duration::hours(1);
+/// How far after the window provider movements are read, to match our moves that became
+/// final just before its end by our clock though the provider's clock put its movement just
+/// after (two hosts' clocks differ). The scheduled window ends ten minutes ago, so these
+/// movements are already in the report.
+const LOOKAHEAD: chrono::Duration = chrono::Duration::minutes(5);
 /// Movements per page of the report, and our moves per page of each query.
 const PAGE: usize = 1000;
 /// How long a run holds the lease without renewing it (it renews on every page).
@@ -168,7 +173,7 @@ async fn run(
     loop {
         let query = SettlementQuery {
             created_gte: window.from - LOOKBACK,
-            created_lt: window.to,
+            created_lt: window.to + LOOKAHEAD,
             limit: PAGE,
             starting_after: after.clone(),
         };
@@ -350,7 +355,7 @@ fn judge_page(
     let mut marks = Vec::new();
     let mut found = Vec::new();
     for movement in movements {
-        let in_window = movement.created_at >= window.from;
+        let in_window = movement.created_at >= window.from && movement.created_at < window.to;
         let as_found = || {
             Some(Money {
                 amount: movement.amount,

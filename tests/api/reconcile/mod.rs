@@ -343,6 +343,43 @@ async fn each_kind_of_discrepancy_is_found_once_and_resolved_when_the_report_is_
     );
 }
 
+/// The provider's clock and ours differ: a charge that became final just before the window's
+/// end by our clock, whose movement the provider's clock put just after it, matches (it was
+/// `missing_at_provider`, as long as the window ended between the two); and a movement
+/// after the window is not judged (its unknown reference is no discrepancy of this window).
+#[actix_web::test]
+async fn a_movement_just_after_the_window_by_the_providers_clock_matches_a_charge_in_it() {
+    let app = spawn_app().await;
+    let paid = app.paid_payment(2000).await;
+    let window = Window {
+        from: now() - chrono::Duration::hours(1),
+        to: now() + chrono::Duration::seconds(1),
+    };
+    let after_the_window = |mut m: SettlementMovement| {
+        m.created_at = window.to + chrono::Duration::seconds(2);
+        m
+    };
+    let report = ScriptedReport::default();
+    report.set(vec![
+        after_the_window(movement(1, MovementKind::Charge, &paid, 2000, "usd")),
+        after_the_window(movement(
+            2,
+            MovementKind::Charge,
+            "pay_0193f0c2a9b87c3e8e1f6a2b3c4d5e6f",
+            10,
+            "usd",
+        )),
+    ]);
+    let mut found = Vec::new();
+    let report = reconcile::reconcile(&app.state.db, &report, window, &mut |f: &Found| {
+        found.push(f.clone())
+    })
+    .await
+    .expect("the run finishes");
+    assert!(found.is_empty(), "{:?}", kinds(&found));
+    assert_eq!(report.open_total(), 0);
+}
+
 /// A movement whose reference is longer than any index entry may be (the provider's, of any
 /// length) is found, stored once and found again like any other: it stopped the run on
 /// PostgreSQL ("index row size exceeds maximum").
