@@ -226,19 +226,24 @@ impl Application {
 /// this host's clock wants fixing, though the service no longer depends on it.
 async fn follow_database_clock(db: &Db) {
     match db.run(db::clock::database_ahead).await {
-        Ok(Some(ahead)) => {
+        Ok(Some(reading)) => {
+            let ahead = reading.ahead;
             if crate::domain::follow_database_clock(ahead)
                 && ahead.abs() > chrono::Duration::milliseconds(100)
             {
                 tracing::warn!(
                     database_ahead_ms = ahead.num_milliseconds(),
+                    round_trip_ms = reading.round_trip.num_milliseconds(),
                     "this host's clock differs from the database's: times are taken from the \
                      database's"
                 );
             }
         }
         Ok(None) => {}
-        Err(e) => tracing::debug!(error = %e, "could not read the database's clock"),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "could not read the database's clock; the difference last measured stays"
+        ),
     }
 }
 

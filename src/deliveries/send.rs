@@ -107,7 +107,7 @@ async fn post(
         .resolve(allow_private)
         .await
         .map_err(|e| format!("destination refused: {e}"))?;
-    let timestamp = chrono::Utc::now().timestamp();
+    let timestamp = crate::domain::now().and_utc().timestamp();
     let signature = signature_header(out.secrets, out.webhook_id, timestamp, out.body.as_bytes());
     let response = client
         .post(url.as_str())
