@@ -8,6 +8,7 @@ mod browser_webhooks;
 mod forms;
 mod keys;
 mod reading;
+mod sessions;
 mod webhooks;
 
 use awc::http::header;
