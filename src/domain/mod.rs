@@ -20,6 +20,7 @@ pub use idempotency_key::IdempotencyKey;
 pub use ids::{
     ApiKeyId, DeliveryId, DisputeId, DisputeStepId, EndpointId, EventId, MerchantId, ObjectId,
     OperationId, PaymentId, PayoutId, RefundId, TransactionId, new_api_key, new_lease_token,
+    v7_now,
 };
 pub use status::{
     DeliveryStatus, DisputeStatus, EndpointStatus, IllegalMove, PaymentStatus, PayoutStatus,

@@ -486,7 +486,7 @@ fn store(
     let stored = rows::store(
         conn,
         &DiscrepancyRow {
-            id: format!("rd_{}", uuid::Uuid::now_v7().simple()),
+            id: format!("rd_{}", crate::domain::v7_now().simple()),
             fingerprint: discrepancy.fingerprint(),
             kind: discrepancy.kind.as_str().to_owned(),
             movement_type: discrepancy.movement_type.to_owned(),
