@@ -105,7 +105,7 @@ impl Application {
                 .await
                 .map_err(|e| StartupError::Database(e.to_string()))??
         };
-        follow_database_clock(&db).await;
+        measure_database_clock(&db).await;
         let mut bootstrap_revoked = false;
         if let Some(key) = settings.bootstrap_api_key.clone() {
             let bootstrap = db
@@ -224,7 +224,7 @@ impl Application {
 /// Measures how far the database's clock is from this host's and keeps the difference for
 /// [`crate::domain::now`]. A difference over a tenth of a second is logged when it is taken:
 /// this host's clock wants fixing, though the service no longer depends on it.
-async fn follow_database_clock(db: &Db) {
+async fn measure_database_clock(db: &Db) {
     match db.run(db::clock::database_ahead).await {
         Ok(Some(reading)) => {
             let ahead = reading.ahead;
@@ -255,7 +255,7 @@ fn spawn_clock_keeper(state: &AppState) {
         .shutdown
         .spawn_periodic("database clock", every, every, move || {
             let state = worker.clone();
-            async move { follow_database_clock(&state.db).await }
+            async move { measure_database_clock(&state.db).await }
         });
 }
 

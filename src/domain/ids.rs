@@ -159,10 +159,6 @@ impl fmt::Display for OperationId {
     }
 }
 
-/// A UUIDv7 for the moment `at`: its 48-bit millisecond, then in the 12 bits RFC 9562 lets a
-/// generator use for finer time (its method 3) the fraction of that millisecond, then 62
-/// random bits. Two such ids order as their moments do, to the microsecond; ids of one
-/// microsecond (equal `created_at`) order at random.
 /// The counter that keeps the ids this process makes in one millisecond in the order it made
 /// them (as `Uuid::now_v7`'s does).
 static V7_CONTEXT: std::sync::Mutex<uuid::ContextV7> =
@@ -181,6 +177,10 @@ pub fn v7_now() -> uuid::Uuid {
     ))
 }
 
+/// A UUIDv7 for the moment `at`: its 48-bit millisecond, then in the 12 bits RFC 9562 lets a
+/// generator use for finer time (its method 3) the fraction of that millisecond, then 62
+/// random bits. Two such ids order as their moments do, to the microsecond; ids of one
+/// microsecond (equal `created_at`) order at random.
 fn v7_at(at: crate::domain::Timestamp) -> uuid::Uuid {
     let micros = u128::try_from(at.and_utc().timestamp_micros()).unwrap_or(0);
     let (ms, sub_ms) = (micros / 1000, micros % 1000);

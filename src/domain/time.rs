@@ -37,11 +37,6 @@ pub fn follow_database_clock(ahead: chrono::Duration) -> bool {
     true
 }
 
-/// The difference [`now`] adds to this host's clock.
-pub fn database_ahead() -> chrono::Duration {
-    chrono::Duration::microseconds(DATABASE_AHEAD_MICROS.load(Ordering::Relaxed))
-}
-
 /// RFC 3339 in UTC with a `Z`, as the API answers.
 pub fn format_timestamp(t: Timestamp) -> String {
     t.and_utc().to_rfc3339_opts(SecondsFormat::Micros, true)
