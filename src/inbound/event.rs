@@ -48,10 +48,24 @@ pub(super) struct PayoutData {
     pub(super) failure_code: Option<String>,
 }
 
+/// The longest provider dispute id taken, in bytes (as every id the contract bounds). It is
+/// a unique key: PostgreSQL refuses an index entry over about 2 700 bytes, so a longer one
+/// was a 500 the provider would retry for ever. Longer, the event's data is malformed.
+const MAX_DISPUTE_ID: usize = 255;
+
+fn dispute_id<'de, D: serde::Deserializer<'de>>(from: D) -> Result<String, D::Error> {
+    let id = String::deserialize(from)?;
+    if id.len() > MAX_DISPUTE_ID {
+        return Err(serde::de::Error::custom("dispute id longer than 255 bytes"));
+    }
+    Ok(id)
+}
+
 /// `data` of `charge.dispute.created`. Kept as it came (serialised again) while its payment
 /// is not final.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub(super) struct DisputeCreatedData {
+    #[serde(deserialize_with = "dispute_id")]
     pub(super) dispute_id: String,
     pub(super) charge_id: Option<String>,
     /// Our payment id.
@@ -66,6 +80,7 @@ pub(super) struct DisputeCreatedData {
 /// `data` of `charge.dispute.updated` / `charge.dispute.closed`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub(super) struct DisputeMoveData {
+    #[serde(deserialize_with = "dispute_id")]
     pub(super) dispute_id: String,
     pub(super) status: String,
 }
@@ -94,12 +109,6 @@ pub(super) enum Effect {
     /// Recorded and answered 200, nothing else: retrying would not make it applicable.
     Ignore(&'static str),
 }
-
-/// The longest provider dispute id taken, in bytes (as every id the contract bounds). It is
-/// a unique key: PostgreSQL refuses an index entry over about 2 700 bytes, so a longer one
-/// was a 500 the provider would retry for ever.
-const MAX_DISPUTE_ID: usize = 255;
-const DISPUTE_ID_TOO_LONG: &str = "dispute id longer than 255 bytes";
 
 pub(super) const DISPUTE_CREATED: &str = "charge.dispute.created";
 pub(super) const DISPUTE_UPDATED: &str = "charge.dispute.updated";
@@ -130,18 +139,12 @@ pub(super) fn effect_of(envelope: Envelope) -> Effect {
         }
         DISPUTE_CREATED => {
             return match serde_json::from_value::<DisputeCreatedData>(envelope.data) {
-                Ok(data) if data.dispute_id.len() > MAX_DISPUTE_ID => {
-                    Effect::Ignore(DISPUTE_ID_TOO_LONG)
-                }
                 Ok(data) => Effect::OpenDispute(data),
                 Err(_) => Effect::Ignore("dispute event data is malformed"),
             };
         }
         kind @ (DISPUTE_UPDATED | DISPUTE_CLOSED) => {
             return match serde_json::from_value::<DisputeMoveData>(envelope.data) {
-                Ok(data) if data.dispute_id.len() > MAX_DISPUTE_ID => {
-                    Effect::Ignore(DISPUTE_ID_TOO_LONG)
-                }
                 Ok(data) => Effect::MoveDispute {
                     closing: kind == DISPUTE_CLOSED,
                     data,
