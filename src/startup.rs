@@ -415,13 +415,16 @@ fn into_diesel(e: db::DbError) -> diesel::result::Error {
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
+/// The caller's `X-Request-Id` when it is a sane one; else a new UUIDv7 of the clock every
+/// instance shares ([`crate::domain::v7_now`]), so request ids made on hosts whose clocks
+/// differ still sort as the requests came.
 fn request_id_of(req: &actix_web::dev::ServiceRequest) -> String {
     req.headers()
         .get(&REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty() && v.len() <= 200 && v.bytes().all(|b| b.is_ascii_graphic()))
         .map(str::to_owned)
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
+        .unwrap_or_else(|| crate::domain::v7_now().to_string())
 }
 
 /// How long in-flight requests may take to finish after SIGTERM: the longest a request

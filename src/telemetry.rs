@@ -6,6 +6,8 @@ use std::io::IsTerminal;
 use tracing::Dispatch;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::FormatTime;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::config::LogFormat;
@@ -30,12 +32,24 @@ where
 {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
+        .with_timer(SharedClock)
         .with_env_filter(filter)
         .with_ansi(is_terminal)
         .with_writer(writer);
     match format {
         LogFormat::Json => Dispatch::new(builder.json().flatten_event(true).finish()),
         LogFormat::Pretty => Dispatch::new(builder.finish()),
+    }
+}
+
+/// Log lines are timed by the clock every instance shares ([`crate::domain::now`]), as the
+/// rows they speak of are: lines of two hosts whose clocks differ interleave as they
+/// happened, and a line's time matches the `created_at` it logs.
+struct SharedClock;
+
+impl FormatTime for SharedClock {
+    fn format_time(&self, w: &mut Writer<'_>) -> std::fmt::Result {
+        w.write_str(&crate::domain::format_timestamp(crate::domain::now()))
     }
 }
 
