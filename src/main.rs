@@ -8,8 +8,9 @@ use payments_api::config::Settings;
 use payments_api::db::merchants::{self, ApiKey, Revocation};
 use payments_api::db::{Db, DbConnection};
 use payments_api::domain::{ApiKeyId, Timestamp};
+use payments_api::shutdown::StopSignals;
 use payments_api::signing::WebhookSecret;
-use payments_api::startup::{Application, StartupError, connect_and_migrate};
+use payments_api::startup::{Application, Schema, StartupError, open_database};
 use payments_api::telemetry;
 
 /// An idempotent payment API: a payment request, however often it is sent, charges at most
@@ -188,20 +189,10 @@ impl From<StartupError> for Failure {
     }
 }
 
-/// What a command does with the database's schema before it starts.
-enum Schema {
-    Migrate,
-    /// A check must not change what it checks: the schema must be current already.
-    AsItIs,
-}
-
 /// The database, with one connection (all a command needs).
 fn connect(mut settings: Settings, schema: Schema) -> Result<Db, Failure> {
     settings.database_pool_size = 1;
-    Ok(match schema {
-        Schema::Migrate => connect_and_migrate(&settings)?,
-        Schema::AsItIs => payments_api::startup::connect_current(&settings)?,
-    })
+    Ok(open_database(&settings, schema)?)
 }
 
 /// A check of a database must not make one: a SQLite file that is not there (a mistyped
@@ -424,7 +415,17 @@ fn serve(mut settings: Settings) -> Result<(), Failure> {
     let runner = actix_web::rt::System::new();
     let served = runner.block_on(async move {
         let bind = settings.bind_addr.clone();
-        let app = Application::build(settings).await?;
+        let mut stop = StopSignals::listen().map_err(|e| Failure::from(e.to_string()))?;
+        // A stop asked for before the service serves (while it waits for its database, say)
+        // ends the start: exit 0, as after serving.
+        let app = tokio::select! {
+            built = Application::build(settings) => built?,
+            asked = stop.asked() => {
+                tracing::info!(stop = ?asked, "stop asked for while starting: stopped before serving");
+                return Ok(());
+            }
+        };
+        app.stop_on(stop);
         let host = bind.rsplit_once(':').map(|(h, _)| h).unwrap_or("127.0.0.1");
         let url = format!("http://{host}:{}", app.port());
         tracing::info!(%url, "payments-api listening");

@@ -1,7 +1,7 @@
-//! Stopping cleanly. On SIGTERM actix-web stops accepting and lets in-flight requests finish
-//! (bounded by `shutdown_timeout`); then [`Shutdown`] tells background tasks to stop and
-//! waits a bounded time for them, so a worker never holds the process open or is cut off
-//! half-way through a step.
+//! Stopping cleanly. On SIGTERM ([`StopSignals`]) the server stops accepting and lets
+//! in-flight requests finish (bounded by `shutdown_timeout`); then [`Shutdown`] tells
+//! background tasks to stop and waits a bounded time for them, so a worker never holds the
+//! process open or is cut off half-way through a step.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -9,6 +9,47 @@ use std::time::Duration;
 
 use actix_web::rt::task::JoinHandle;
 use tokio::sync::watch;
+
+/// The process's stop signals, listened to from the moment they are made, so that a stop
+/// asked for while the service is still starting (waiting for its database, say) ends the
+/// start, and one asked for later stops the server: SIGTERM gracefully (in-flight requests
+/// finish), SIGINT and SIGQUIT at once. The server listens to nothing else (actix-server's own
+/// listening is off), so no signal falls between the two.
+pub struct StopSignals(Vec<(Stop, tokio::signal::unix::Signal)>);
+
+/// How a stop signal asks the server to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGTERM: stop accepting, finish what is in flight.
+    Graceful,
+    /// SIGINT, SIGQUIT.
+    AtOnce,
+}
+
+impl StopSignals {
+    /// Starts listening; needs the runtime.
+    pub fn listen() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self(vec![
+            (Stop::Graceful, signal(SignalKind::terminate())?),
+            (Stop::AtOnce, signal(SignalKind::interrupt())?),
+            (Stop::AtOnce, signal(SignalKind::quit())?),
+        ]))
+    }
+
+    /// Resolves at the first stop signal (since [`StopSignals::listen`]).
+    pub async fn asked(&mut self) -> Stop {
+        let received = self
+            .0
+            .iter_mut()
+            .map(|(stop, signal)| Box::pin(async move { signal.recv().await.map(|_| *stop) }));
+        match futures_util::future::select_all(received).await {
+            (Some(stop), _, _) => stop,
+            // A signal stream never ends while the runtime runs; wait for another one.
+            (None, _, _) => std::future::pending().await,
+        }
+    }
+}
 
 /// How long stopped workers get to finish the step they are in.
 pub const WORKER_GRACE: Duration = Duration::from_secs(10);

@@ -23,7 +23,7 @@ use crate::provider::{HttpProvider, PaymentProvider};
 use crate::rate_limit::RateLimits;
 use crate::refunds::CreateRefund;
 use crate::routes;
-use crate::shutdown::{Shutdown, WORKER_GRACE};
+use crate::shutdown::{Shutdown, Stop, StopSignals, WORKER_GRACE};
 use crate::signing::WebhookSecret;
 use crate::state::{AppState, RequestId};
 
@@ -66,16 +66,21 @@ fn bare_not_found_as_problem(res: ServiceResponse) -> ServiceResponse {
 
 /// Opens the pool and brings the schema up to date.
 pub fn connect_and_migrate(settings: &Settings) -> Result<Db, StartupError> {
-    open_database(settings, true)
+    open_database(settings, Schema::Migrate)
 }
 
-/// Opens the pool on a database whose schema must be up to date already, and changes
-/// nothing: a check of a database must not write to it (nor make a new one pass).
-pub fn connect_current(settings: &Settings) -> Result<Db, StartupError> {
-    open_database(settings, false)
+/// What opening the database does with its schema.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schema {
+    /// Brings it up to date first.
+    Migrate,
+    /// Changes nothing: the schema must be current already. A check of a database must not
+    /// write to it (nor make a new one pass).
+    AsItIs,
 }
 
-fn open_database(settings: &Settings, migrate: bool) -> Result<Db, StartupError> {
+/// Opens the pool, with the schema as `schema` says.
+pub fn open_database(settings: &Settings, schema: Schema) -> Result<Db, StartupError> {
     let target = DatabaseTarget::parse(&settings.database_url)
         .map_err(|why| crate::config::ConfigError::new("DATABASE_URL", why))?;
     let pool = db::pool::build_pool(
@@ -87,11 +92,11 @@ fn open_database(settings: &Settings, migrate: bool) -> Result<Db, StartupError>
     let mut conn = pool
         .get()
         .map_err(|e| StartupError::Database(format!("cannot connect to the database: {e}")))?;
-    if migrate {
-        db::migrate::run_migrations(&mut conn).map_err(StartupError::Database)?;
-    } else {
-        db::migrate::check_current(&mut conn).map_err(StartupError::Database)?;
+    match schema {
+        Schema::Migrate => db::migrate::run_migrations(&mut conn),
+        Schema::AsItIs => db::migrate::check_current(&mut conn),
     }
+    .map_err(StartupError::Database)?;
     drop(conn);
     Ok(Db::new(pool, &target))
 }
@@ -210,6 +215,17 @@ impl Application {
 
     /// Serves until stopped (SIGTERM, or [`ServerHandle::stop`]): in-flight requests
     /// finish first, then background tasks are told to stop and given a bounded time.
+    /// Stops the server at the first of `signals` (the binary's; an embedded server stops by
+    /// its handle).
+    pub fn stop_on(&self, mut signals: StopSignals) {
+        let server = self.server.handle();
+        actix_web::rt::spawn(async move {
+            let stop = signals.asked().await;
+            tracing::info!(?stop, "stop asked for");
+            server.stop(stop == Stop::Graceful).await;
+        });
+    }
+
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let served = self.server.await;
         tracing::info!("HTTP server stopped; stopping background tasks");
@@ -485,7 +501,9 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
             .configure(crate::dashboard::configure)
             .default_service(web::to(routes::not_found))
     })
-    .shutdown_timeout(grace.as_secs());
+    .shutdown_timeout(grace.as_secs())
+    // One listener of the stop signals, made before the start ([`Application::stop_on`]).
+    .disable_signals();
     if let Some(n) = workers {
         server = server.workers(n);
     }

@@ -187,6 +187,33 @@ async fn sigterm_lets_the_in_flight_payment_finish_then_exits_0() {
     );
 }
 
+/// A stop asked for while the service is still starting, here waiting for a database that
+/// refuses every connection, ends the start with exit 0 (not death by the signal, 143).
+#[actix_web::test]
+async fn sigterm_while_waiting_for_the_database_at_start_exits_0() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port(); // free again once the listener drops: nothing answers there
+    let refused = format!("postgres://postgres@127.0.0.1:{port}/nothing");
+    let mut service = Service::spawn(&[("DATABASE_URL", &refused)]);
+    // The pool logs each failed connection: the start is waiting for the database.
+    service.wait_for_line("database connection").await;
+    assert!(
+        !service.output().contains("payments-api listening"),
+        "{}",
+        service.output()
+    );
+    service.sigterm();
+    let exit = service.wait_for_exit().await;
+    assert_eq!(exit.code(), Some(0), "{exit}\n{}", service.output());
+    assert!(
+        service.output().contains("stopped before serving"),
+        "{}",
+        service.output()
+    );
+}
+
 #[actix_web::test]
 async fn a_bad_setting_stops_the_start_and_names_the_variable() {
     let output = Command::new(env!("CARGO_BIN_EXE_payments-api"))

@@ -40,7 +40,22 @@ fn collect(stream: impl Read + Send + 'static, lines: Arc<Mutex<Vec<String>>>) {
 }
 
 impl Service {
+    /// Starts the binary and waits until it listens.
     async fn start(envs: &[(&str, &str)]) -> Self {
+        let mut service = Self::spawn(envs);
+        let listening = service.wait_for_line("payments-api listening").await;
+        let url_start = listening.find("http://127.0.0.1:").expect("url logged") + 17;
+        service.port = listening[url_start..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .unwrap();
+        service
+    }
+
+    /// Starts the binary (a new test database unless `envs` sets `DATABASE_URL`).
+    fn spawn(envs: &[(&str, &str)]) -> Self {
         let (database, url) = TestDatabase::create();
         let workdir = std::env::temp_dir().join("payments-api-tests");
         std::fs::create_dir_all(&workdir).unwrap();
@@ -61,22 +76,13 @@ impl Service {
         let lines = Arc::new(Mutex::new(Vec::new()));
         collect(child.stdout.take().unwrap(), lines.clone());
         collect(child.stderr.take().unwrap(), lines.clone());
-        let mut service = Self {
+        Self {
             child,
             port: 0,
             lines,
             client: crate::support::app::test_client(),
             _database: database,
-        };
-        let listening = service.wait_for_line("payments-api listening").await;
-        let url_start = listening.find("http://127.0.0.1:").expect("url logged") + 17;
-        service.port = listening[url_start..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect::<String>()
-            .parse()
-            .unwrap();
-        service
+        }
     }
 
     /// Waits (bounded) for a line containing `needle`, and returns it.
