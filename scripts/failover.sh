@@ -40,17 +40,11 @@ cleanup() {
   status=$?
   set +e
   # The load and the service first, then the keepers (which stop their PostgreSQL).
+  local in_order=()
   for name in load service provider node2 node1 monitor; do
-    pgid="${GROUPS_STARTED[$name]:-}"
-    [ -n "$pgid" ] && kill -TERM -- "-$pgid" 2>/dev/null
+    [ -n "${GROUPS_STARTED[$name]:-}" ] && in_order+=("${GROUPS_STARTED[$name]}")
   done
-  for _ in $(seq 1 50); do
-    alive=0
-    for pgid in "${GROUPS_STARTED[@]}"; do kill -0 -- "-$pgid" 2>/dev/null && alive=1; done
-    [ "$alive" -eq 0 ] && break
-    sleep 0.2
-  done
-  for pgid in "${GROUPS_STARTED[@]}"; do kill -KILL -- "-$pgid" 2>/dev/null; done
+  stop_groups "${in_order[@]}"
   # PostgreSQL's children run in sessions of their own: stop any the keepers left.
   for pgdata in "$T"/monitor "$T"/node1 "$T"/node2; do
     [ -f "$pgdata/postmaster.pid" ] || continue

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Shared by scripts/test-pgbouncer.sh and scripts/failover.sh: sourced, not run.
+# Shared by scripts/test-pgbouncer.sh, scripts/failover.sh and scripts/clock-skew.sh:
+# sourced, not run.
 
 # Installs Debian packages that are missing (CI machines start without them).
 ensure_packages() {
@@ -49,4 +50,19 @@ wait_until() {
     [ "$SECONDS" -lt "$deadline" ] || return 1
     sleep 0.2
   done
+}
+
+# stop_groups PGID...: SIGTERM to each process group in turn, up to 10 s for all of them to
+# exit, then SIGKILL to any left.
+stop_groups() {
+  local pgid alive
+  for pgid in "$@"; do kill -TERM -- "-$pgid" 2>/dev/null; done
+  for _ in $(seq 1 50); do
+    alive=0
+    for pgid in "$@"; do kill -0 -- "-$pgid" 2>/dev/null && alive=1; done
+    [ "$alive" -eq 0 ] && return 0
+    sleep 0.2
+  done
+  for pgid in "$@"; do kill -KILL -- "-$pgid" 2>/dev/null; done
+  return 0
 }
