@@ -56,6 +56,9 @@ pub struct Settings {
     pub log_filter: String,
     /// HTTP worker threads; `None` = one per core.
     pub workers: Option<usize>,
+    /// The connections the instance holds at once (`MAX_CONNECTIONS`; see
+    /// [`crate::connections`]).
+    pub max_connections: usize,
     /// How long a `requires_capture` payment stays capturable before the service cancels it.
     pub authorization_expiry: Duration,
     /// How long events and their deliveries are kept.
@@ -110,6 +113,11 @@ pub fn parse_schedule(text: &str) -> Result<Vec<Duration>, String> {
         })
         .collect()
 }
+
+/// `MAX_CONNECTIONS` when unset: held at once with a request in flight each, about 38 KiB
+/// apiece (docs/benchmark.md), they keep the instance near 150 MiB; at 200 ms a request
+/// they still carry over 15 000 requests a second, more than two cores serve.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 3072;
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/payments.db";
 
@@ -297,6 +305,8 @@ impl Settings {
                 None => None,
                 Some(_) => Some(number("WORKERS", 1, 1..=256)? as usize),
             },
+            max_connections: number("MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS, 1..=1_000_000)?
+                as usize,
             authorization_expiry: millis("AUTHORIZATION_EXPIRY_MS", 604_800_000, 1)?,
             event_retention: chrono::TimeDelta::days(i64::from(number(
                 "EVENT_RETENTION_DAYS",

@@ -5,6 +5,7 @@ pub mod api_keys;
 pub mod auth;
 pub mod body;
 pub mod config;
+pub mod connections;
 pub mod dashboard;
 pub mod db;
 pub mod deliveries;

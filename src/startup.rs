@@ -10,6 +10,7 @@ use actix_web::{App, HttpMessage, HttpServer, web};
 
 use crate::auth::ApiKeyCache;
 use crate::config::Settings;
+use crate::connections::Connections;
 use crate::db::merchants::{self, BootstrapKey};
 use crate::db::pool::DatabaseTarget;
 use crate::db::{self, Db};
@@ -381,8 +382,10 @@ fn self_webhook_url(addr: SocketAddr) -> String {
 
 /// How many connections may wait to be accepted. std's `TcpListener::bind` uses 128, and
 /// a burst of a few hundred clients (a retry storm) then overflows it: the dropped SYNs are
-/// retried by the clients a full second later.
-pub const LISTEN_BACKLOG: i32 = 2048;
+/// retried by the clients a full second later. Past `MAX_CONNECTIONS` the clients wait here
+/// too. The kernel takes at most `net.core.somaxconn` (4 096 by default since Linux 5.4):
+/// raise that where more clients than the instance holds may come at once.
+pub const LISTEN_BACKLOG: i32 = 65_535;
 
 /// Binds `addr` (an IP socket address) with [`LISTEN_BACKLOG`] and `SO_REUSEADDR`.
 pub fn listen(addr: &str) -> std::io::Result<TcpListener> {
@@ -456,14 +459,22 @@ fn shutdown_grace(settings: &Settings) -> Duration {
 }
 
 fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
-    let workers = state.settings.workers;
+    let workers = state.settings.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
+    });
     let grace = shutdown_grace(&state.settings);
     let addr = state.settings.bind_addr.clone();
+    let connections = Connections::new(state.settings.max_connections);
+    let per_worker = connections.per_worker(workers);
+    let counted = connections.clone();
     let data = web::Data::new(state);
-    let mut server = HttpServer::new(move || {
+    let server = HttpServer::new(move || {
+        let connections = connections.clone();
         App::new()
             .app_data(data.clone())
-            .wrap_fn(|req, srv| {
+            .wrap_fn(move |req, srv| {
+                // Held at its maximum, the server lets a waiting client in after this answer.
+                let close = connections.full();
                 let request_id = request_id_of(&req);
                 req.extensions_mut().insert(RequestId(request_id.clone()));
                 let method = req.method().clone();
@@ -473,6 +484,10 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
                     let mut res = bare_not_found_as_problem(fut.await?.map_into_boxed_body());
                     if let Ok(value) = HeaderValue::from_str(&request_id) {
                         res.headers_mut().insert(REQUEST_ID, value);
+                    }
+                    if close {
+                        let head = res.response_mut().head_mut();
+                        head.set_connection_type(actix_web::http::ConnectionType::Close);
                     }
                     let route = res
                         .request()
@@ -501,12 +516,14 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
             .configure(crate::dashboard::configure)
             .default_service(web::to(routes::not_found))
     })
+    .on_connect(move |_, extensions| {
+        extensions.insert(counted.opened());
+    })
+    .workers(workers)
+    .max_connections(per_worker)
     .shutdown_timeout(grace.as_secs())
     // One listener of the stop signals, made before the start ([`Application::stop_on`]).
     .disable_signals();
-    if let Some(n) = workers {
-        server = server.workers(n);
-    }
     Ok(server
         .listen(listener)
         .map_err(|source| StartupError::Bind { addr, source })?

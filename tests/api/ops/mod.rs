@@ -18,6 +18,7 @@ use crate::support::{
 };
 
 mod binary;
+mod connections;
 mod database_down;
 mod health;
 mod openapi;

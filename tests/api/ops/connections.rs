@@ -1,0 +1,115 @@
+//! `MAX_CONNECTIONS`: the connections an instance holds at once. Clients past it wait to be
+//! accepted; an answer given at the maximum closes its connection so they get their turn.
+
+use std::sync::atomic::AtomicUsize;
+
+use super::*;
+use crate::support::test_client;
+
+/// One client, one connection: the status, whether the server closed the connection after
+/// the answer, and in which place the answer came (1, 2, 3, … across `order`).
+async fn send(
+    path: &str,
+    app: &crate::support::TestApp,
+    body: Option<Value>,
+    key: &str,
+    order: &AtomicUsize,
+) -> (u16, bool, usize) {
+    let client = test_client(); // a client of its own: a connection of its own
+    let url = format!("{}{path}", app.address);
+    let response = match body {
+        Some(body) => {
+            client
+                .post(url)
+                .insert_header(("Authorization", format!("Bearer {}", app.api_key)))
+                .insert_header(("Idempotency-Key", key))
+                .send_json(&body)
+                .await
+        }
+        None => client.get(url).send().await,
+    }
+    .expect("answered");
+    let closed = response
+        .headers()
+        .get("connection")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+    let place = order.fetch_add(1, Ordering::SeqCst) + 1;
+    (response.status().as_u16(), closed, place)
+}
+
+/// Below its maximum of 2 the server keeps a connection alive; with both held by payments in
+/// flight, it leaves a third client waiting (its health check is answered only after a
+/// payment), and the payments' answers, given at the maximum, close their connections to
+/// let it in.
+#[actix_web::test]
+async fn past_the_maximum_a_client_waits_until_an_answer_frees_a_connection() {
+    let app = spawn_app_with(|s| {
+        s.max_connections = 2;
+        s.provider_latency = Duration::from_millis(1500);
+    })
+    .await;
+    let order = AtomicUsize::new(0);
+    let alone = send("/health/live", &app, None, "", &order).await;
+    assert_eq!(alone.0, 200);
+    assert!(!alone.1, "below the maximum connections stay alive");
+    let payments = async {
+        tokio::join!(
+            send("/v1/payments", &app, Some(visa(100)), "held-1", &order),
+            send("/v1/payments", &app, Some(visa(200)), "held-2", &order),
+        )
+    };
+    let waiting = async {
+        // Long after both payments' connections were accepted (their calls to the provider
+        // take 1.5 s).
+        actix_web::rt::time::sleep(Duration::from_millis(500)).await;
+        send("/health/live", &app, None, "", &order).await
+    };
+    let ((first, second), health) = tokio::join!(payments, waiting);
+    assert_eq!((first.0, second.0, health.0), (201, 201, 200));
+    assert!(
+        health.2 > first.2.min(second.2),
+        "the third client was served before a connection was free: {first:?} {second:?} {health:?}"
+    );
+    assert!(
+        first.1 && second.1,
+        "answers at the maximum close: {first:?} {second:?}"
+    );
+    assert_eq!(app.charges(), 2);
+}
+
+/// Many more clients than connections, each sending requests one after another on its
+/// connection: every request is answered, none fails, and answers given at the maximum close
+/// their connections so that the waiting clients are served in turn.
+#[actix_web::test]
+async fn many_more_clients_than_connections_are_all_served() {
+    let app = spawn_app_with(|s| s.max_connections = 4).await;
+    let clients = (0..32).map(|_| async {
+        let mut answers = Vec::new();
+        let client = test_client();
+        for _ in 0..3 {
+            let response = client
+                .get(format!("{}/health/live", app.address))
+                .send()
+                .await
+                .expect("answered");
+            let closed = response
+                .headers()
+                .get("connection")
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+            answers.push((response.status().as_u16(), closed));
+        }
+        answers
+    });
+    let answers: Vec<_> = futures_util::future::join_all(clients)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    assert_eq!(answers.len(), 96);
+    assert!(
+        answers.iter().all(|(status, _)| *status == 200),
+        "{answers:?}"
+    );
+    let closed = answers.iter().filter(|(_, closed)| *closed).count();
+    assert!(closed > 0, "no answer closed its connection: {answers:?}");
+}
