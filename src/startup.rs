@@ -214,8 +214,6 @@ impl Application {
         self.server.handle()
     }
 
-    /// Serves until stopped (SIGTERM, or [`ServerHandle::stop`]): in-flight requests
-    /// finish first, then background tasks are told to stop and given a bounded time.
     /// Stops the server at the first of `signals` (the binary's; an embedded server stops by
     /// its handle).
     pub fn stop_on(&self, mut signals: StopSignals) {
@@ -227,6 +225,9 @@ impl Application {
         });
     }
 
+    /// Serves until stopped ([`Application::stop_on`]'s signals, or [`ServerHandle::stop`]):
+    /// in-flight requests finish first, then background tasks are told to stop and given a
+    /// bounded time.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let served = self.server.await;
         tracing::info!("HTTP server stopped; stopping background tasks");
