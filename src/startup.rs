@@ -474,8 +474,7 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
         App::new()
             .app_data(data.clone())
             .wrap_fn(move |req, srv| {
-                // Held at its maximum, the server lets a waiting client in after this answer.
-                let close = connections.full();
+                let connections = connections.clone();
                 let request_id = request_id_of(&req);
                 req.extensions_mut().insert(RequestId(request_id.clone()));
                 let method = req.method().clone();
@@ -486,7 +485,9 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
                     if let Ok(value) = HeaderValue::from_str(&request_id) {
                         res.headers_mut().insert(REQUEST_ID, value);
                     }
-                    if close {
+                    // Held at its maximum, the server lets a waiting client in after this
+                    // answer.
+                    if connections.full() {
                         let head = res.response_mut().head_mut();
                         head.set_connection_type(actix_web::http::ConnectionType::Close);
                     }

@@ -39,8 +39,8 @@ async fn send(
 
 /// Below its maximum of 2 the server keeps a connection alive; with both held by payments in
 /// flight, it leaves a third client waiting (its health check is answered only after a
-/// payment), and the payments' answers, given at the maximum, close their connections to
-/// let it in.
+/// payment), and a payment's answer, given at the maximum, closes its connection to let it
+/// in.
 #[actix_web::test]
 async fn past_the_maximum_a_client_waits_until_an_answer_frees_a_connection() {
     let app = spawn_app_with(|s| {
@@ -70,9 +70,11 @@ async fn past_the_maximum_a_client_waits_until_an_answer_frees_a_connection() {
         health.2 > first.2.min(second.2),
         "the third client was served before a connection was free: {first:?} {second:?} {health:?}"
     );
+    // The first payment answered is answered while the other still holds its connection
+    // (which one ends first on the server is a race of microseconds: either may).
     assert!(
-        first.1 && second.1,
-        "answers at the maximum close: {first:?} {second:?}"
+        first.1 || second.1,
+        "an answer at the maximum closes: {first:?} {second:?}"
     );
     assert_eq!(app.charges(), 2);
 }
