@@ -65,11 +65,6 @@ fn bare_not_found_as_problem(res: ServiceResponse) -> ServiceResponse {
     res.into_response(problem)
 }
 
-/// Opens the pool and brings the schema up to date.
-pub fn connect_and_migrate(settings: &Settings) -> Result<Db, StartupError> {
-    open_database(settings, Schema::Migrate)
-}
-
 /// What opening the database does with its schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schema {
@@ -107,7 +102,7 @@ impl Application {
         let tls = client_tls(&settings)?;
         let db = {
             let settings = settings.clone();
-            actix_web::rt::task::spawn_blocking(move || connect_and_migrate(&settings))
+            actix_web::rt::task::spawn_blocking(move || open_database(&settings, Schema::Migrate))
                 .await
                 .map_err(|e| StartupError::Database(e.to_string()))??
         };

@@ -348,8 +348,11 @@ async fn an_upgraded_database_gets_the_transactions_of_what_existed_before_the_l
 
     // Back to the schema of the previous release (the ledger's migration reverted, its
     // tables gone), then migrated again as an upgrade would be.
-    let db = payments_api::startup::connect_and_migrate(&test_settings(url.clone()))
-        .expect("the database");
+    let db = payments_api::startup::open_database(
+        &test_settings(url.clone()),
+        payments_api::startup::Schema::Migrate,
+    )
+    .expect("the database");
     let mut conn = db.pool().get().expect("connection");
     revert_through_the_ledger(&mut conn);
     let gone = diesel::sql_query("SELECT 1 FROM balance_transactions").execute(&mut **conn);

@@ -9,7 +9,7 @@ use payments_api::config::Settings;
 use payments_api::db::merchants;
 use payments_api::domain::new_api_key;
 use payments_api::provider::sim::Simulator;
-use payments_api::startup::{Application, connect_and_migrate};
+use payments_api::startup::{Application, Schema, open_database};
 use payments_api::state::AppState;
 use serde_json::Value;
 
@@ -210,7 +210,7 @@ impl Drop for TestApp {
 pub fn verify_ledger_at(url: &str) {
     let mut settings = test_settings(url.to_owned());
     settings.database_pool_size = 1;
-    let db = connect_and_migrate(&settings).expect("the database, to verify its ledger");
+    let db = open_database(&settings, Schema::Migrate).expect("the database, to verify its ledger");
     let mut conn = db.pool().get().expect("a connection to verify the ledger");
     let verification = payments_api::ledger::verify(&mut conn).expect("ledger verify");
     assert!(
