@@ -217,6 +217,10 @@ impl Application {
             let stop = signals.asked().await;
             tracing::info!(?stop, "stop asked for");
             server.stop(stop == Stop::Graceful).await;
+            // As actix-server's own signal handling did: the System's arbiters (the HTTP
+            // workers' threads) end too, before `main` returns (left running, one aborted the
+            // process in its thread-locals' destruction: exit 139 on SIGTERM).
+            actix_web::rt::System::current().stop();
         });
     }
 
