@@ -469,11 +469,10 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
     let counted = connections.clone();
     let data = web::Data::new(state);
     let server = HttpServer::new(move || {
-        let connections = connections.clone();
         App::new()
             .app_data(data.clone())
+            .app_data(connections.clone())
             .wrap_fn(move |req, srv| {
-                let connections = connections.clone();
                 let request_id = request_id_of(&req);
                 req.extensions_mut().insert(RequestId(request_id.clone()));
                 let method = req.method().clone();
@@ -486,7 +485,11 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
                     }
                     // Held at its maximum, the server lets a waiting client in after this
                     // answer.
-                    if connections.full() {
+                    if res
+                        .request()
+                        .app_data::<Connections>()
+                        .is_some_and(Connections::full)
+                    {
                         let head = res.response_mut().head_mut();
                         head.set_connection_type(actix_web::http::ConnectionType::Close);
                     }

@@ -56,7 +56,9 @@ const MAX_DISPUTE_ID: usize = 255;
 fn dispute_id<'de, D: serde::Deserializer<'de>>(from: D) -> Result<String, D::Error> {
     let id = String::deserialize(from)?;
     if id.len() > MAX_DISPUTE_ID {
-        return Err(serde::de::Error::custom("dispute id longer than 255 bytes"));
+        return Err(serde::de::Error::custom(format_args!(
+            "dispute id longer than {MAX_DISPUTE_ID} bytes"
+        )));
     }
     Ok(id)
 }

@@ -6,6 +6,13 @@ use std::sync::atomic::AtomicUsize;
 use super::*;
 use crate::support::test_client;
 
+/// Whether an answer's headers close its connection.
+fn closes(headers: &actix_web::http::header::HeaderMap) -> bool {
+    headers
+        .get("connection")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"))
+}
+
 /// One client, one connection: the status, whether the server closed the connection after
 /// the answer, and in which place the answer came (1, 2, 3, … across `order`).
 async fn send(
@@ -29,10 +36,7 @@ async fn send(
         None => client.get(url).send().await,
     }
     .expect("answered");
-    let closed = response
-        .headers()
-        .get("connection")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+    let closed = closes(response.headers());
     let place = order.fetch_add(1, Ordering::SeqCst) + 1;
     (response.status().as_u16(), closed, place)
 }
@@ -94,11 +98,7 @@ async fn many_more_clients_than_connections_are_all_served() {
                 .send()
                 .await
                 .expect("answered");
-            let closed = response
-                .headers()
-                .get("connection")
-                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
-            answers.push((response.status().as_u16(), closed));
+            answers.push((response.status().as_u16(), closes(response.headers())));
         }
         answers
     });
