@@ -9,14 +9,25 @@
 //! server holds its maximum closes its connection (`Connection: close`): that client
 //! connects again, behind those waiting. Below the maximum, connections stay alive as
 //! usual.
+//!
+//! "Holds its maximum" has two thresholds. A connection closed at the maximum leaves a
+//! free place until the server's accept loop has taken the next client in, and with one
+//! threshold every answer given in that moment kept its connection: at 10 000 clients and
+//! 8 000 answers a second, one answer in eighty closed, the 3 072 held clients were served
+//! over and over, and the 6 928 waiting were not served at all until the load ended. So
+//! answers close from the moment the server holds its maximum until it holds fewer than
+//! seven eighths of it ([`Connections::low_water`]).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// The count of open connections, shared by the server's workers. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Connections {
     open: Arc<AtomicUsize>,
+    /// Whether answers close their connections now (between the two thresholds it is what
+    /// it was).
+    closing: Arc<AtomicBool>,
     max: usize,
 }
 
@@ -29,6 +40,7 @@ impl Connections {
     pub fn new(max: usize) -> Self {
         Self {
             open: Arc::default(),
+            closing: Arc::default(),
             max,
         }
     }
@@ -39,10 +51,29 @@ impl Connections {
         Held(self.open.clone())
     }
 
-    /// Whether the server holds its maximum: an answer now closes its connection, so that
-    /// a client waiting to be accepted gets a turn.
-    pub fn full(&self) -> bool {
-        self.open.load(Ordering::Relaxed) >= self.max
+    /// Whether an answer given now closes its connection, so that a client waiting to be
+    /// accepted gets a turn: from the moment the server holds its maximum until it holds
+    /// fewer than [`Self::low_water`] (the module's note says why not at the maximum alone).
+    pub fn closing(&self) -> bool {
+        let open = self.open.load(Ordering::Relaxed);
+        let closing = self.closing.load(Ordering::Relaxed);
+        let now = if open >= self.max {
+            true
+        } else if open < self.low_water() {
+            false
+        } else {
+            closing
+        };
+        if now != closing {
+            self.closing.store(now, Ordering::Relaxed);
+        }
+        now
+    }
+
+    /// Below this many open connections answers keep their connections again: seven eighths
+    /// of the maximum.
+    fn low_water(&self) -> usize {
+        self.max - self.max / 8
     }
 
     /// The most each of `workers` may hold (actix-server's limit is per worker).
@@ -62,16 +93,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn full_once_the_maximum_is_held_and_no_longer_once_one_closes() {
-        let connections = Connections::new(2);
-        let first = connections.opened();
-        assert!(!connections.full());
-        let second = connections.opened();
-        assert!(connections.full());
-        drop(first);
-        assert!(!connections.full());
-        drop(second);
-        assert_eq!(connections.per_worker(2), 1);
+    fn answers_close_from_the_maximum_until_fewer_than_seven_eighths_are_held() {
+        let connections = Connections::new(16);
+        let mut held: Vec<Held> = (0..15).map(|_| connections.opened()).collect();
+        assert!(!connections.closing(), "below the maximum, on the way up");
+        held.push(connections.opened());
+        assert!(connections.closing(), "at the maximum");
+        // One closed: until the accept loop takes the next client in, answers still close.
+        held.pop();
+        assert!(
+            connections.closing(),
+            "just below the maximum, on the way down"
+        );
+        held.truncate(14);
+        assert!(connections.closing(), "at seven eighths");
+        held.pop();
+        assert!(!connections.closing(), "below seven eighths");
+        held.push(connections.opened());
+        assert!(
+            !connections.closing(),
+            "below the maximum, on the way up again"
+        );
+    }
+
+    #[test]
+    fn a_maximum_of_one_closes_every_answer() {
+        let connections = Connections::new(1);
+        let one = connections.opened();
+        assert!(connections.closing());
+        drop(one);
+        assert!(!connections.closing());
+    }
+
+    #[test]
+    fn each_worker_holds_its_share_rounded_up() {
+        assert_eq!(Connections::new(2).per_worker(2), 1);
         assert_eq!(Connections::new(5).per_worker(2), 3);
     }
 }

@@ -488,7 +488,7 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
                     if res
                         .request()
                         .app_data::<Connections>()
-                        .is_some_and(Connections::full)
+                        .is_some_and(Connections::closing)
                     {
                         let head = res.response_mut().head_mut();
                         head.set_connection_type(actix_web::http::ConnectionType::Close);
