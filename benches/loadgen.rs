@@ -94,6 +94,10 @@ struct Samples {
     /// Each non-2xx status with its count, to tell a 409 from a 503.
     statuses: std::collections::BTreeMap<u16, usize>,
     errors: usize,
+    /// Connections of a timed run that got no answer before its end: clients an instance
+    /// left waiting the whole run (served only once the others stopped) while it served
+    /// others over and over.
+    starved: usize,
 }
 
 impl Samples {
@@ -103,6 +107,7 @@ impl Samples {
             *self.statuses.entry(status).or_default() += n;
         }
         self.errors += other.errors;
+        self.starved += other.starved;
     }
 
     fn report(&self, scenario: &str, elapsed: Duration) {
@@ -114,7 +119,7 @@ impl Samples {
         };
         let n = sorted.len();
         println!(
-            "RESULT scenario={scenario} requests={n} rps={:.0} p50_ms={:.2} p90_ms={:.2} p99_ms={:.2} max_ms={:.2} non_2xx={}{} errors={}",
+            "RESULT scenario={scenario} requests={n} rps={:.0} p50_ms={:.2} p90_ms={:.2} p99_ms={:.2} max_ms={:.2} non_2xx={}{} errors={} starved={}",
             n as f64 / elapsed.as_secs_f64(),
             percentile(0.50),
             percentile(0.90),
@@ -125,7 +130,8 @@ impl Samples {
                 .iter()
                 .map(|(status, n)| format!(" status_{status}={n}"))
                 .collect::<String>(),
-            self.errors
+            self.errors,
+            self.starved
         );
     }
 }
@@ -350,10 +356,15 @@ fn closed_loop(
             let mut connection = Connection::new(args, worker);
             let mut samples = Samples::default();
             let mut i = 0u64;
+            let mut served = false;
             while Instant::now() < deadline {
-                timed(&mut connection, args, &key_of(worker, i), &mut samples).await;
+                let answered = timed(&mut connection, args, &key_of(worker, i), &mut samples)
+                    .await
+                    .is_some();
+                served |= answered && Instant::now() < deadline;
                 i += 1;
             }
+            samples.starved += usize::from(!served);
             samples
         })
     });

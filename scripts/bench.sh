@@ -235,7 +235,7 @@ new x100  : $(for l in "${SPREAD[@]}"; do echo "$l" | field rps; done | stats) r
 replay    : $(for l in "${REPLAY[@]}"; do echo "$l" | field rps; done | stats) requests/s; last run: $(echo "${REPLAY[-1]}" | sed 's/^RESULT //')
 storm     : $(echo "$STORM" | sed 's/^RESULT //' | tr '\n' ' ') provider charges: $STORM_CHARGES
 slow      : $(echo "$SLOW" | sed 's/^RESULT //')
-slow 10k  : $(echo "$SLOW10K" | sed 's/^RESULT //'); /new $(ratio "$slow10k_rps" "$new_rps") (target >= 0.8, 0 errors); peak RSS $SLOW10K_RSS MiB (target <= 160 MiB)
+slow 10k  : $(echo "$SLOW10K" | sed 's/^RESULT //'); /new $(ratio "$slow10k_rps" "$new_rps") (target >= 0.8, 0 errors, 0 starved: every client answered during the run); peak RSS $SLOW10K_RSS MiB (target <= 160 MiB)
 storm x3  : $(echo "$STORM3" | sed 's/^RESULT //' | tr '\n' ' ') provider charges: $STORM3_CHARGES, rows for storm keys: $STORM_ROWS, their balance transactions: $STORM_TXNS (2 storms: target 2 and 2)
 new @1M   : stored/new per pair: $SIZE_RATIOS (its runs: $SIZE_LOG)
 ledger    : new (one merchant)/new over 100 merchants $(ratio "$new_rps" "$spread_rps") (target >= 0.9), new/naive limit $(ratio "$new_rps" "$limit_naive") (target >= 1.5; each run over the naive run just before it: $(printf '%s\n' "${NEW_PAIRS[@]}" | paste -sd' '))
