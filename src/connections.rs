@@ -16,7 +16,7 @@
 //! 8 000 answers a second, one answer in eighty closed, the 3 072 held clients were served
 //! over and over, and the 6 928 waiting were not served at all until the load ended. So
 //! answers close from the moment the server holds its maximum until it holds fewer than
-//! seven eighths of it ([`Connections::low_water`]).
+//! seven eighths of it (`Connections::low_water`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -53,7 +53,7 @@ impl Connections {
 
     /// Whether an answer given now closes its connection, so that a client waiting to be
     /// accepted gets a turn: from the moment the server holds its maximum until it holds
-    /// fewer than [`Self::low_water`] (the module's note says why not at the maximum alone).
+    /// fewer than `low_water` (the module's note says why not at the maximum alone).
     pub fn closing(&self) -> bool {
         let open = self.open.load(Ordering::Relaxed);
         let closing = self.closing.load(Ordering::Relaxed);

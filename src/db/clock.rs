@@ -34,7 +34,7 @@ pub struct Reading {
 
 /// How far the database's clock is ahead of this host's: the database's
 /// `clock_timestamp()` against the middle of this host's readings before and after the
-/// query; of [`READINGS`] readings, the one with the shortest round trip, however long (a
+/// query; of `READINGS` readings, the one with the shortest round trip, however long (a
 /// database far away is known less closely, never not at all). `None` on SQLite (its clock
 /// is this host's).
 pub fn database_ahead(conn: &mut DbConnection) -> QueryResult<Option<Reading>> {

@@ -7,7 +7,7 @@
 //!
 //! A guard on the status of a row found by its id, where a partial index is defined by that
 //! status (`WHERE status = 'pending'`: the unfinished rows of each table, the payments that
-//! wait for a capture), is written [`still!`]`(status, value)`: `status || '' = value`, the
+//! wait for a capture), is written `still!``(status, value)`: `status || '' = value`, the
 //! same test, but one PostgreSQL cannot answer through that index. Once a table has
 //! statistics, the planner takes the index for nearly empty (few rows are in that status
 //! when it is analyzed) and scans all of it for the one id, entries of rows that left the

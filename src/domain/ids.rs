@@ -52,7 +52,7 @@ macro_rules! prefixed_id {
 
             /// An id for an object whose `created_at` is `at`, decided before the id is
             /// made: its UUIDv7 carries `at` to the microsecond, so that ids sort as the
-            /// objects' `created_at` do ([`v7_at`]).
+            /// objects' `created_at` do (`v7_at`).
             pub fn generate_at(at: crate::domain::Timestamp) -> Self {
                 Self(format!("{}{}", Self::PREFIX, v7_at(at).simple()))
             }

@@ -311,7 +311,7 @@ const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
 const PRUNE_FIRST_DELAY: Duration = Duration::from_secs(60);
 const PRUNE_BATCH: i64 = 1000;
 
-/// Deletes events (with their deliveries) older than `retention`, [`PRUNE_BATCH`] rows per
+/// Deletes events (with their deliveries) older than `retention`, `PRUNE_BATCH` rows per
 /// statement. Returns how many went. Idempotency keys are never pruned, the webhook
 /// endpoints' no more than the payments': a retry a year later still replays.
 pub async fn prune_expired(

@@ -24,7 +24,7 @@
 //! ```
 //!
 //! What every kind shares (reading a row again, taking over, giving up a lease, finding
-//! abandoned rows) is the row's lease protocol, [`Leased`], written once in `db`: no
+//! abandoned rows) is the row's lease protocol, [`Leased`](crate::db::lease::Leased), written once in `db`: no
 //! operation restates it.
 
 mod execute;

@@ -14,7 +14,7 @@ use crate::domain::{RequestRef, Timestamp, now};
 use crate::events::{self, EventType, NewEvent};
 
 /// The columns every settled row shares, written the same way for each kind (by
-/// [`settled_row!`]).
+/// `settled_row!`).
 pub trait SettledRow {
     /// The row finished at `at`: its lease given up, `updated_at` set.
     fn close(&mut self, at: Timestamp);

@@ -1,7 +1,7 @@
 //! Reading request input: the JSON body (content type, size limit, unknown fields, types),
 //! query strings and path ids, turning every problem into a 4xx that names the field at
 //! fault. Every string a request carries is checked here, once, by
-//! [`check_text`](crate::domain::check_text): whatever gets past this module is text the
+//! [`check_text`]: whatever gets past this module is text the
 //! database accepts on either backend. Headers are visible ASCII by the time a handler
 //! reads them (`Idempotency-Key`, `Authorization`, `webhook-*` are parsed as such).
 
