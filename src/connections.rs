@@ -24,39 +24,43 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 /// The count of open connections, shared by the server's workers. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Connections {
-    open: Arc<AtomicUsize>,
+    shared: Arc<Shared>,
+    max: usize,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    open: AtomicUsize,
     /// Whether answers close their connections now (between the two thresholds it is what
     /// it was).
-    closing: Arc<AtomicBool>,
-    max: usize,
+    closing: AtomicBool,
 }
 
 /// One open connection, counted until it drops (kept in the connection's extensions, which
 /// drop with it).
 #[derive(Debug)]
-pub struct Held(Arc<AtomicUsize>);
+pub struct Held(Arc<Shared>);
 
 impl Connections {
     pub fn new(max: usize) -> Self {
         Self {
-            open: Arc::default(),
-            closing: Arc::default(),
+            shared: Arc::default(),
             max,
         }
     }
 
     /// Counts a connection as open until the returned value drops.
     pub fn opened(&self) -> Held {
-        self.open.fetch_add(1, Ordering::Relaxed);
-        Held(self.open.clone())
+        self.shared.open.fetch_add(1, Ordering::Relaxed);
+        Held(self.shared.clone())
     }
 
     /// Whether an answer given now closes its connection, so that a client waiting to be
     /// accepted gets a turn: from the moment the server holds its maximum until it holds
     /// fewer than `low_water` (the module's note says why not at the maximum alone).
     pub fn closing(&self) -> bool {
-        let open = self.open.load(Ordering::Relaxed);
-        let closing = self.closing.load(Ordering::Relaxed);
+        let open = self.shared.open.load(Ordering::Relaxed);
+        let closing = self.shared.closing.load(Ordering::Relaxed);
         let now = if open >= self.max {
             true
         } else if open < self.low_water() {
@@ -65,7 +69,7 @@ impl Connections {
             closing
         };
         if now != closing {
-            self.closing.store(now, Ordering::Relaxed);
+            self.shared.closing.store(now, Ordering::Relaxed);
         }
         now
     }
@@ -84,7 +88,7 @@ impl Connections {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

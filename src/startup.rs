@@ -483,8 +483,8 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
                     if let Ok(value) = HeaderValue::from_str(&request_id) {
                         res.headers_mut().insert(REQUEST_ID, value);
                     }
-                    // Held at its maximum, the server lets a waiting client in after this
-                    // answer.
+                    // From its maximum down to seven eighths of it, the server lets a
+                    // waiting client in after this answer (`src/connections.rs`).
                     if res
                         .request()
                         .app_data::<Connections>()
