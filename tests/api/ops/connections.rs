@@ -63,9 +63,14 @@ async fn past_the_maximum_a_client_waits_until_an_answer_frees_a_connection() {
         )
     };
     let waiting = async {
-        // Long after both payments' connections were accepted (their calls to the provider
-        // take 1.5 s).
-        actix_web::rt::time::sleep(Duration::from_millis(500)).await;
+        // Once both payments are at the provider (it charges first, then takes 1.5 s to
+        // answer), both connections are held.
+        wait_until(
+            Duration::from_secs(10),
+            "both payments at the provider",
+            || async { app.charges() == 2 },
+        )
+        .await;
         send("/health/live", &app, None, "", &order).await
     };
     let ((first, second), health) = tokio::join!(payments, waiting);
@@ -93,12 +98,8 @@ async fn many_more_clients_than_connections_are_all_served() {
         let mut answers = Vec::new();
         let client = test_client();
         for _ in 0..3 {
-            let response = client
-                .get(format!("{}/health/live", app.address))
-                .send()
-                .await
-                .expect("answered");
-            answers.push((response.status().as_u16(), closes(response.headers())));
+            // 200 (asserted there), and whether the connection was closed.
+            answers.push(health_closes(&client, &app).await);
         }
         answers
     });
@@ -108,11 +109,7 @@ async fn many_more_clients_than_connections_are_all_served() {
         .flatten()
         .collect();
     assert_eq!(answers.len(), 96);
-    assert!(
-        answers.iter().all(|(status, _)| *status == 200),
-        "{answers:?}"
-    );
-    let closed = answers.iter().filter(|(_, closed)| *closed).count();
+    let closed = answers.iter().filter(|closed| **closed).count();
     assert!(closed > 0, "no answer closed its connection: {answers:?}");
 }
 
@@ -137,8 +134,10 @@ async fn health_closes(client: &awc::Client, app: &crate::support::TestApp) -> b
 async fn answers_go_on_closing_until_fewer_than_seven_eighths_of_the_maximum_are_held() {
     let app = spawn_app_with(|s| s.max_connections = 8).await;
     // Let a connection the server closed be dropped, and with it its place in the count
-    // (milliseconds; a second, for a machine busy with the other tests).
-    let settle = || actix_web::rt::time::sleep(Duration::from_secs(1));
+    // (milliseconds; half a second, for a machine busy with the other tests). Twice that
+    // stays well under the 2 s the tests' client keeps an idle connection: past it, the
+    // client would open a new one for `kept[1]`, counted while its old one leaves.
+    let settle = || actix_web::rt::time::sleep(Duration::from_millis(500));
     // Clients connect one after another, each kept alive, until an answer closes: the
     // instance holds its maximum.
     let mut kept = Vec::new();
