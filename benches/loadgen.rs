@@ -14,6 +14,7 @@
 //! Content-Length), as wrk does: the load generator shares the machine's cores with the
 //! service, and a general-purpose client spent as much CPU per request as the service did.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::io;
 use std::time::{Duration, Instant};
@@ -139,6 +140,12 @@ impl Samples {
 const BODY: &str = r#"{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}"#;
 
 /// One keep-alive connection to one instance; reconnects after an error.
+///
+/// Its work per request is kept to what wrk does, since it shares the cores with the
+/// service: the request is copied together from fixed parts (no formatting), the answer is
+/// read into a buffer that is zeroed once, not per read, and its head is parsed in one pass
+/// over its bytes. The answer's body stays in the buffer until the next request
+/// ([`Connection::body`]).
 struct Connection {
     /// `host:port`
     addr: &'static str,
@@ -148,7 +155,21 @@ struct Connection {
     n: usize,
     sent: usize,
     request: Vec<u8>,
+    /// Bytes read and not yet taken: `read[taken..filled]`; the last answer's body is
+    /// `read[body]`.
     read: Vec<u8>,
+    filled: usize,
+    taken: usize,
+    body: std::ops::Range<usize>,
+}
+
+/// What the load generator reads of an answer's head.
+struct Head {
+    status: u16,
+    /// Where the body starts and ends in the buffer.
+    body: std::ops::Range<usize>,
+    /// The server closes the connection after this answer (`Connection: close`).
+    close: bool,
 }
 
 impl Connection {
@@ -160,7 +181,10 @@ impl Connection {
             n,
             sent: 0,
             request: Vec::with_capacity(512),
-            read: Vec::with_capacity(4096),
+            read: vec![0; 16 * 1024],
+            filled: 0,
+            taken: 0,
+            body: 0..0,
         }
     }
 
@@ -170,42 +194,51 @@ impl Connection {
             let connect = TcpStream::connect(self.addr);
             let timeout = actix_web::rt::time::timeout(Duration::from_secs(30), connect);
             self.stream = Some(timeout.await.map_err(|_| io::ErrorKind::TimedOut)??);
-            self.read.clear();
+            (self.filled, self.taken, self.body) = (0, 0, 0..0);
         }
         Ok(())
     }
 
-    /// POSTs a payment with `key` and reads the answer: its status and body.
-    async fn post(&mut self, args: &Args, key: &str) -> io::Result<(u16, Vec<u8>)> {
-        use std::io::Write;
+    /// The body of the last answer read.
+    fn body(&self) -> &[u8] {
+        &self.read[self.body.clone()]
+    }
+
+    /// POSTs a payment with `key` and reads the answer: its status (the body is
+    /// [`Connection::body`]).
+    async fn post(&mut self, args: &Args, key: &str) -> io::Result<u16> {
         self.connect().await?;
-        self.request.clear();
         let api_key = if args.scenario == "new" {
             &args.keys[(self.n + self.sent * args.connections) % args.keys.len()]
         } else {
             &args.keys[0]
         };
         self.sent += 1;
-        write!(
-            self.request,
-            "POST /v1/payments HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
-             Content-Type: application/json\r\nIdempotency-Key: {key}\r\n\
-             Content-Length: {}\r\n\r\n{BODY}",
+        self.request.clear();
+        for part in [
+            "POST /v1/payments HTTP/1.1\r\nHost: ",
             self.addr,
+            "\r\nAuthorization: Bearer ",
             api_key,
-            BODY.len()
-        )?;
+            "\r\nContent-Type: application/json\r\nIdempotency-Key: ",
+            key,
+            BODY_HEAD,
+            BODY,
+        ] {
+            self.request.extend_from_slice(part.as_bytes());
+        }
         let exchange = async {
             let stream = self.stream.as_ref().ok_or(io::ErrorKind::NotConnected)?;
             write_all(stream, &self.request).await?;
-            read_answer(stream, &mut self.read).await
+            self.read_answer().await
         };
         match actix_web::rt::time::timeout(Duration::from_secs(30), exchange).await {
-            Ok(Ok((status, body, close))) => {
-                if close {
+            Ok(Ok(head)) => {
+                if head.close {
                     self.stream = None;
                 }
-                Ok((status, body))
+                self.body = head.body;
+                Ok(head.status)
             }
             Ok(Err(e)) => {
                 self.stream = None;
@@ -217,6 +250,82 @@ impl Connection {
             }
         }
     }
+
+    /// Reads one answer (the buffer may already hold the start of it) and takes it: its
+    /// head, with where its body is in the buffer.
+    async fn read_answer(&mut self) -> io::Result<Head> {
+        // What the previous answer left (nothing, without pipelining) moves to the front.
+        self.read.copy_within(self.taken..self.filled, 0);
+        (self.filled, self.taken) = (self.filled - self.taken, 0);
+        let stream = self.stream.as_ref().ok_or(io::ErrorKind::NotConnected)?;
+        loop {
+            if let Some(head) = parse_head(&self.read[..self.filled])?
+                && head.body.end <= self.filled
+            {
+                self.taken = head.body.end;
+                return Ok(head);
+            }
+            if self.filled == self.read.len() {
+                let larger = self.read.len() * 2;
+                self.read.resize(larger, 0);
+            }
+            stream.readable().await?;
+            match stream.try_read(&mut self.read[self.filled..]) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => self.filled += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// The request's headers after the idempotency key, and its body's length.
+const BODY_HEAD: &str = concat!("\r\nContent-Length: ", 69, "\r\n\r\n");
+const _: () = assert!(BODY.len() == 69, "BODY_HEAD states the body's length");
+
+/// The head of the answer at the start of `bytes`, once all of it is there: its status, where
+/// its body is (by Content-Length, which every answer here has) and whether the server
+/// closes the connection after it.
+fn parse_head(bytes: &[u8]) -> io::Result<Option<Head>> {
+    let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
+    let (mut status, mut length, mut close) = (None, None, false);
+    let mut start = 0;
+    // One pass over the head's lines, up to the empty line that ends it.
+    while let Some(newline) = bytes[start..].iter().position(|&b| b == b'\n') {
+        let line = &bytes[start..start + newline];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        start += newline + 1;
+        if line.is_empty() {
+            let length: usize =
+                length.ok_or_else(|| invalid("an answer without Content-Length"))?;
+            return Ok(Some(Head {
+                status: status.ok_or_else(|| invalid("status line"))?,
+                body: start..start + length,
+                close,
+            }));
+        }
+        if status.is_none() {
+            status = line
+                .get(9..12)
+                .and_then(|code| std::str::from_utf8(code).ok())
+                .and_then(|code| code.parse().ok());
+            if status.is_none() {
+                return Err(invalid("status line"));
+            }
+            continue;
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if name.eq_ignore_ascii_case(b"content-length") {
+            length = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            close = value.eq_ignore_ascii_case(b"close");
+        }
+    }
+    Ok(None)
 }
 
 async fn write_all(stream: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
@@ -231,76 +340,27 @@ async fn write_all(stream: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Reads one answer from `stream` into `buf` (which may already hold the start of it) and
-/// takes it out of `buf`: its status, its body, and whether the server closes the
-/// connection after it (`Connection: close`, as it may after an error answer).
-async fn read_answer(stream: &TcpStream, buf: &mut Vec<u8>) -> io::Result<(u16, Vec<u8>, bool)> {
-    let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
-    loop {
-        if let Some(head) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let text = std::str::from_utf8(&buf[..head]).map_err(|_| invalid("head"))?;
-            let (status_line, headers) = text.split_once("\r\n").unwrap_or((text, ""));
-            let header = |wanted: &str| {
-                headers
-                    .split("\r\n")
-                    .filter_map(|line| line.split_once(':'))
-                    .find(|(name, _)| name.eq_ignore_ascii_case(wanted))
-                    .map(|(_, value)| value.trim())
-            };
-            let status = status_line
-                .split(' ')
-                .nth(1)
-                .and_then(|code| code.parse().ok())
-                .ok_or_else(|| invalid("status line"))?;
-            let length: usize = header("content-length")
-                .and_then(|value| value.parse().ok())
-                .ok_or_else(|| invalid("an answer without Content-Length"))?;
-            let close = header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
-            let end = head + 4 + length;
-            if buf.len() >= end {
-                let body = buf[head + 4..end].to_vec();
-                buf.drain(..end);
-                return Ok((status, body, close));
-            }
-        }
-        stream.readable().await?;
-        let start = buf.len();
-        buf.resize(start + 8192, 0);
-        let read = stream.try_read(&mut buf[start..]);
-        buf.truncate(start + *read.as_ref().unwrap_or(&0));
-        match read {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-async fn timed(
-    connection: &mut Connection,
-    args: &Args,
-    key: &str,
-    samples: &mut Samples,
-) -> Option<Vec<u8>> {
+/// Sends one request, timed, into `samples`; whether it was answered (its body is then
+/// `connection.body()`).
+async fn timed(connection: &mut Connection, args: &Args, key: &str, samples: &mut Samples) -> bool {
     // The clock starts once the connection is open, as wrk's does: opening 1 000 sockets at
     // once costs this process 40-60 ms of its own on 2 cores, before the service sees a byte.
     if connection.connect().await.is_err() {
         samples.errors += 1;
-        return None;
+        return false;
     }
     let started = Instant::now();
     match connection.post(args, key).await {
-        Ok((status, body)) => {
+        Ok(status) => {
             samples.latencies.push(started.elapsed());
             if !(200..300).contains(&status) {
                 *samples.statuses.entry(status).or_default() += 1;
             }
-            Some(body)
+            true
         }
         Err(_) => {
             samples.errors += 1;
-            None
+            false
         }
     }
 }
@@ -348,7 +408,7 @@ fn on_threads<T: Send + 'static>(
 /// `connections` loops, each sending its next key as soon as the previous answer arrived.
 fn closed_loop(
     args: &'static Args,
-    key_of: &'static (dyn Fn(usize, u64) -> String + Sync),
+    key_of: &'static (dyn Fn(usize, u64) -> Cow<'static, str> + Sync),
 ) -> (Samples, Duration) {
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     let (parts, elapsed) = on_threads(args, |worker| {
@@ -358,9 +418,7 @@ fn closed_loop(
             let mut i = 0u64;
             let mut served = false;
             while Instant::now() < deadline {
-                let answered = timed(&mut connection, args, &key_of(worker, i), &mut samples)
-                    .await
-                    .is_some();
+                let answered = timed(&mut connection, args, &key_of(worker, i), &mut samples).await;
                 served |= answered && Instant::now() < deadline;
                 i += 1;
             }
@@ -381,7 +439,9 @@ fn run(args: &'static Args) -> Result<(), String> {
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     match args.scenario.as_str() {
         "new" => {
-            let key_of = Box::leak(Box::new(move |w, i| format!("bench-{run_id}-{w}-{i}")));
+            let key_of = Box::leak(Box::new(move |w, i| {
+                Cow::Owned(format!("bench-{run_id}-{w}-{i}"))
+            }));
             let (samples, elapsed) = closed_loop(args, key_of);
             samples.report("new", elapsed);
         }
@@ -401,7 +461,7 @@ fn run(args: &'static Args) -> Result<(), String> {
                 })
             });
             let key_of = Box::leak(Box::new(|w: usize, i: u64| {
-                keys[(w * 7919 + i as usize * 31) % keys.len()].clone()
+                Cow::Borrowed(keys[(w * 7919 + i as usize * 31) % keys.len()].as_str())
             }));
             let (samples, elapsed) = closed_loop(args, key_of);
             samples.report("replay", elapsed);
@@ -415,8 +475,8 @@ fn run(args: &'static Args) -> Result<(), String> {
                     let mut samples = Samples::default();
                     let mut bodies = Vec::new();
                     while sent.fetch_add(1, Ordering::Relaxed) < args.storm {
-                        if let Some(body) = timed(&mut connection, args, key, &mut samples).await {
-                            bodies.push(body);
+                        if timed(&mut connection, args, key, &mut samples).await {
+                            bodies.push(connection.body().to_vec());
                         }
                     }
                     (samples, bodies)
