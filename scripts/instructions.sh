@@ -10,7 +10,10 @@
 # per iteration. Prints numbers; asserts nothing.
 # Usage: scripts/instructions.sh       (SECONDS_PER_RUN=15 CONNECTIONS=64 TOP=25 by default;
 #                                       BIN=path/to/payments-api to count another build;
-#                                       ONLY=new or ONLY=replay to count one scenario)
+#                                       ONLY=new or ONLY=replay to count one scenario;
+#                                       ONLY=loadgen counts the load generator's own
+#                                       instructions per replay instead, the service
+#                                       running natively)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,6 +61,30 @@ count() {
   echo "   profile: $OUT/$scenario.$service.1 (callgrind_annotate)"
 }
 
+# count_loadgen: the load generator under callgrind against the service running natively,
+# SECONDS_PER_RUN of replays (its 100 keys made first, counted with them): its instructions
+# per request. It shares the machine's two cores with the service, so its own cost per
+# request is taken from what the service can be given.
+count_loadgen() {
+  local profile="$OUT/loadgen.out" result requests total
+  fresh_database "$DB"
+  serve_measured "$DB" "$PORT" 0 "$OUT/loadgen.log"
+  wait_ready "$PORT" "$OUT/loadgen.log"
+  result=$(valgrind --tool=callgrind --callgrind-out-file="$profile" "$LOADGEN" --key "$KEY" \
+    --url "http://127.0.0.1:$PORT" --scenario replay --replay-keys 100 \
+    --connections "$CONNECTIONS" --seconds "$SECONDS_PER_RUN" 2>/dev/null | grep '^RESULT')
+  kill "$SERVICE"; wait "$SERVICE" 2>/dev/null || true
+  requests=$(( $(echo "$result" | field requests) + 100 ))
+  total=$(sed -n 's/^summary: //p' "$profile")
+  echo "loadgen: $requests requests (100 of them the new payments that make the keys), $total instructions: $(awk -v t="$total" -v n="$requests" 'BEGIN { printf "%.0f", t / n }') per request"
+  echo "   profile: $profile (callgrind_annotate)"
+}
+
+if [ "${ONLY:-}" = loadgen ]; then
+  echo "== instructions per request in the load generator, $CONNECTIONS connections, ${SECONDS_PER_RUN}s counted"
+  count_loadgen
+  exit 0
+fi
 echo "== instructions per request in the service, $CONNECTIONS connections, ${SECONDS_PER_RUN}s counted"
 [ -n "${ONLY:-}" ] && [ "$ONLY" != new ] || count new
 [ -n "${ONLY:-}" ] && [ "$ONLY" != replay ] || count replay
