@@ -222,7 +222,7 @@ impl Connection {
             api_key,
             "\r\nContent-Type: application/json\r\nIdempotency-Key: ",
             key,
-            BODY_HEAD,
+            CONTENT_LENGTH,
             BODY,
         ] {
             self.request.extend_from_slice(part.as_bytes());
@@ -280,9 +280,9 @@ impl Connection {
     }
 }
 
-/// The request's headers after the idempotency key, and its body's length.
-const BODY_HEAD: &str = concat!("\r\nContent-Length: ", 69, "\r\n\r\n");
-const _: () = assert!(BODY.len() == 69, "BODY_HEAD states the body's length");
+/// The request's last header, the body's length, and the blank line before the body.
+const CONTENT_LENGTH: &str = concat!("\r\nContent-Length: ", 69, "\r\n\r\n");
+const _: () = assert!(BODY.len() == 69, "CONTENT_LENGTH states the body's length");
 
 /// The head of the answer at the start of `bytes`, once all of it is there: its status, where
 /// its body is (by Content-Length, which every answer here has) and whether the server
