@@ -10,7 +10,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use actix_web::http::Method;
+use actix_web::http::{Method, StatusCode};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -285,11 +285,11 @@ fn method_label(method: &Method) -> &'static str {
 
 /// One answered request. `route` is the matched template (`/v1/payments/{id}`) or
 /// `unmatched`, never the raw path.
-pub fn http_request(method: &Method, route: &str, status: u16, elapsed: Duration) {
+pub fn http_request(method: &Method, route: &str, status: StatusCode, elapsed: Duration) {
     let m = &*METRICS;
     let method = method_label(method);
     m.http_requests
-        .with_label_values(&[method, route, &status.to_string()])
+        .with_label_values(&[method, route, status.as_str()])
         .inc();
     m.http_duration
         .with_label_values(&[method, route])
@@ -480,7 +480,12 @@ mod tests {
 
     #[test]
     fn every_family_is_defined_and_rendered() {
-        http_request(&Method::GET, "/health/live", 200, Duration::from_millis(1));
+        http_request(
+            &Method::GET,
+            "/health/live",
+            StatusCode::OK,
+            Duration::from_millis(1),
+        );
         idempotency("payment", IdempotencyOutcome::Created);
         webhook(WebhookOutcome::Accepted);
         recovery(RecoveryAction::PaymentResumed);

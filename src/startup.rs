@@ -437,13 +437,17 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// The caller's `X-Request-Id` when it is a sane one; else a new UUIDv7 of the clock every
 /// instance shares ([`crate::domain::v7_now`]), so request ids made on hosts whose clocks
 /// differ still sort as the requests came.
-fn request_id_of(req: &actix_web::dev::ServiceRequest) -> String {
-    req.headers()
-        .get(&REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 200 && v.bytes().all(|b| b.is_ascii_graphic()))
-        .map(str::to_owned)
-        .unwrap_or_else(|| crate::domain::v7_now().to_string())
+fn request_id_of(req: &actix_web::dev::ServiceRequest) -> HeaderValue {
+    let sane = |v: &&HeaderValue| {
+        let bytes = v.as_bytes();
+        !bytes.is_empty() && bytes.len() <= 200 && bytes.iter().all(u8::is_ascii_graphic)
+    };
+    if let Some(theirs) = req.headers().get(&REQUEST_ID).filter(sane) {
+        return theirs.clone();
+    }
+    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    let ours = crate::domain::v7_now().hyphenated().encode_lower(&mut text);
+    HeaderValue::from_str(ours).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
 }
 
 /// How long in-flight requests may take to finish after SIGTERM: the longest a request
@@ -480,9 +484,7 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
                 let fut = srv.call(req);
                 async move {
                     let mut res = bare_not_found_as_problem(fut.await?.map_into_boxed_body());
-                    if let Ok(value) = HeaderValue::from_str(&request_id) {
-                        res.headers_mut().insert(REQUEST_ID, value);
-                    }
+                    res.headers_mut().insert(REQUEST_ID, request_id.clone());
                     // From its maximum down to seven eighths of it, the server lets a
                     // waiting client in after this answer (`src/connections.rs`).
                     if res
@@ -497,18 +499,18 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
                         .request()
                         .match_pattern()
                         .unwrap_or_else(|| "unmatched".into());
-                    let merchant = res
-                        .request()
-                        .extensions()
-                        .get::<crate::routes::authenticate::MerchantId>()
-                        .map(|m| m.0.clone());
                     let elapsed = started.elapsed();
-                    crate::metrics::http_request(&method, &route, res.status().as_u16(), elapsed);
+                    crate::metrics::http_request(&method, &route, res.status(), elapsed);
+                    // The fields are evaluated only when the line is written.
                     tracing::info!(
-                        %request_id,
+                        request_id = %request_id.to_str().unwrap_or_default(),
                         %method,
                         route,
-                        merchant,
+                        merchant = res
+                            .request()
+                            .extensions()
+                            .get::<crate::routes::authenticate::MerchantId>()
+                            .map(|m| m.0.as_str()),
                         status = res.status().as_u16(),
                         latency_ms = elapsed.as_secs_f64() * 1000.0,
                         "request"

@@ -36,4 +36,11 @@ pub struct AppState {
 /// The caller's request id if it is a sane token, else a new one; set on every request by
 /// the server's middleware, read by flows that record which request made a change.
 #[derive(Clone, Debug)]
-pub struct RequestId(pub String);
+pub struct RequestId(pub actix_web::http::header::HeaderValue);
+
+impl RequestId {
+    /// The id as text (visible ASCII, checked when it was taken or made).
+    pub fn as_str(&self) -> &str {
+        self.0.to_str().unwrap_or_default()
+    }
+}

@@ -14,7 +14,7 @@ pub fn request_ref(req: &HttpRequest, key: Option<&IdempotencyKey>) -> RequestRe
         id: req
             .extensions()
             .get::<RequestId>()
-            .map(|r| r.0.clone())
+            .map(|r| r.as_str().to_owned())
             .unwrap_or_default(),
         idempotency_key: key.map(|k| k.as_str().to_owned()),
     }

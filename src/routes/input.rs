@@ -234,7 +234,7 @@ pub(crate) fn request_id(req: &actix_web::HttpRequest) -> Option<String> {
     use actix_web::HttpMessage;
     req.extensions()
         .get::<crate::state::RequestId>()
-        .map(|id| id.0.clone())
+        .map(|id| id.as_str().to_owned())
 }
 
 #[cfg(test)]

@@ -195,6 +195,36 @@ async fn every_response_carries_a_request_id() {
     let missing = app.request("GET", "/no/such/route", &[], Vec::new()).await;
     missing.assert_problem(404, "not_found");
     assert!(missing.header("x-request-id").is_some());
+
+    // A made id is a UUIDv7 in its usual text; a caller's id is kept when it is a token of
+    // at most 200 visible characters, and replaced by a made one otherwise.
+    let made = |id: Option<&str>| {
+        let id = id.expect("x-request-id");
+        let uuid = uuid::Uuid::try_parse(id).expect("a made request id is a UUID");
+        assert_eq!(uuid.get_version_num(), 7, "{id}");
+        assert_eq!(id, uuid.hyphenated().to_string(), "{id}");
+    };
+    made(generated.header("x-request-id"));
+    let longest = "r".repeat(200);
+    for (sent, kept) in [
+        (longest.as_str(), true),
+        (&*"r".repeat(201), false),
+        ("has a space", false),
+    ] {
+        let answer = app
+            .request(
+                "GET",
+                "/health/live",
+                &[("X-Request-Id", sent.to_owned())],
+                Vec::new(),
+            )
+            .await;
+        if kept {
+            assert_eq!(answer.header("x-request-id"), Some(sent));
+        } else {
+            made(answer.header("x-request-id"));
+        }
+    }
 }
 
 /// A slow provider over HTTP is asked for every payment in flight at once: no limit on the
