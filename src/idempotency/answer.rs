@@ -7,7 +7,10 @@ use actix_web::http::{StatusCode, header};
 
 use crate::error::{ApiError, PROBLEM_JSON};
 
-pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
+/// `Idempotent-Replayed: true` marks a replayed answer (names are case-insensitive; the
+/// server writes them in lower case).
+pub const REPLAYED_HEADER: header::HeaderName =
+    header::HeaderName::from_static("idempotent-replayed");
 
 /// A response as sent: status and exact body bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,9 +67,13 @@ impl Answer {
         } else {
             "application/json"
         };
-        response.insert_header((header::CONTENT_TYPE, content_type));
+        // Static names and values: nothing to parse or copy for each answer.
+        response.insert_header((
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static(content_type),
+        ));
         if self.replayed {
-            response.insert_header((REPLAYED_HEADER, "true"));
+            response.insert_header((REPLAYED_HEADER, header::HeaderValue::from_static("true")));
         }
         // The body's bytes are shared with the stored answer, not copied.
         response.body(actix_web::web::Bytes::from_owner(SharedBody(self.body)))
@@ -84,5 +91,8 @@ impl AsRef<[u8]> for SharedBody {
 
 /// Names one idempotency scope: a merchant's key on one kind of request.
 pub fn scope_key(resource: &str, merchant_id: &str, idempotency_key: &str) -> String {
-    format!("{resource}\u{0}{merchant_id}\u{0}{idempotency_key}")
+    let parts = [resource, "\u{0}", merchant_id, "\u{0}", idempotency_key];
+    let mut key = String::with_capacity(parts.iter().map(|part| part.len()).sum());
+    parts.iter().for_each(|part| key.push_str(part));
+    key
 }
