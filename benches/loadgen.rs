@@ -155,11 +155,10 @@ struct Connection {
     n: usize,
     sent: usize,
     request: Vec<u8>,
-    /// Bytes read and not yet taken: `read[taken..filled]`; the last answer's body is
-    /// `read[body]`.
+    /// Bytes read: `read[..filled]`; the last answer's body is `read[body]`, and what
+    /// follows it (`read[body.end..filled]`) belongs to the next answer.
     read: Vec<u8>,
     filled: usize,
-    taken: usize,
     body: std::ops::Range<usize>,
 }
 
@@ -183,7 +182,6 @@ impl Connection {
             request: Vec::with_capacity(512),
             read: vec![0; 16 * 1024],
             filled: 0,
-            taken: 0,
             body: 0..0,
         }
     }
@@ -194,7 +192,7 @@ impl Connection {
             let connect = TcpStream::connect(self.addr);
             let timeout = actix_web::rt::time::timeout(Duration::from_secs(30), connect);
             self.stream = Some(timeout.await.map_err(|_| io::ErrorKind::TimedOut)??);
-            (self.filled, self.taken, self.body) = (0, 0, 0..0);
+            (self.filled, self.body) = (0, 0..0);
         }
         Ok(())
     }
@@ -237,7 +235,6 @@ impl Connection {
                 if head.close {
                     self.stream = None;
                 }
-                self.body = head.body;
                 Ok(head.status)
             }
             Ok(Err(e)) => {
@@ -251,18 +248,19 @@ impl Connection {
         }
     }
 
-    /// Reads one answer (the buffer may already hold the start of it) and takes it: its
-    /// head, with where its body is in the buffer.
+    /// Reads one answer (the buffer may already hold the start of it): its head; its body
+    /// is then [`Connection::body`].
     async fn read_answer(&mut self) -> io::Result<Head> {
-        // What the previous answer left (nothing, without pipelining) moves to the front.
-        self.read.copy_within(self.taken..self.filled, 0);
-        (self.filled, self.taken) = (self.filled - self.taken, 0);
+        // What followed the previous answer (nothing, without pipelining) moves to the front.
+        let taken = self.body.end;
+        self.read.copy_within(taken..self.filled, 0);
+        (self.filled, self.body) = (self.filled - taken, 0..0);
         let stream = self.stream.as_ref().ok_or(io::ErrorKind::NotConnected)?;
         loop {
             if let Some(head) = parse_head(&self.read[..self.filled])?
                 && head.body.end <= self.filled
             {
-                self.taken = head.body.end;
+                self.body = head.body.clone();
                 return Ok(head);
             }
             if self.filled == self.read.len() {

@@ -30,6 +30,9 @@ postgres_up
 build_release
 mkdir -p "$OUT"
 
+# per_request TOTAL REQUESTS: TOTAL / REQUESTS, rounded (0 without requests)
+per_request() { awk -v t="$1" -v n="$2" 'BEGIN { printf "%.0f", (n > 0) ? t / n : 0 }'; }
+
 # count SCENARIO: the service under callgrind, warmed up, then SECONDS_PER_RUN of SCENARIO
 # counted; prints the requests, the instructions and their ratio, and keeps the profile.
 count() {
@@ -50,7 +53,7 @@ count() {
   kill "$service"; wait "$service" 2>/dev/null || true
   requests=$(echo "$result" | field requests)
   total=$(sed -n 's/^summary: //p' "$OUT/$scenario.$service.1")
-  echo "$scenario: $requests requests, $total instructions: $(awk -v t="$total" -v n="$requests" 'BEGIN { printf "%.0f", (n > 0) ? t / n : 0 }') per request"
+  echo "$scenario: $requests requests, $total instructions: $(per_request "$total" "$requests") per request"
   echo "   (under callgrind: $result)"
   echo "   the $TOP functions of the most instructions, with what they call (per request):"
   callgrind_annotate --auto=no --inclusive=yes "$OUT/$scenario.$service.1" 2>/dev/null \
@@ -76,7 +79,7 @@ count_loadgen() {
   kill "$SERVICE"; wait "$SERVICE" 2>/dev/null || true
   requests=$(( $(echo "$result" | field requests) + 100 ))
   total=$(sed -n 's/^summary: //p' "$profile")
-  echo "loadgen: $requests requests (100 of them the new payments that make the keys), $total instructions: $(awk -v t="$total" -v n="$requests" 'BEGIN { printf "%.0f", t / n }') per request"
+  echo "loadgen: $requests requests (100 of them the new payments that make the keys), $total instructions: $(per_request "$total" "$requests") per request"
   echo "   profile: $profile (callgrind_annotate)"
 }
 
