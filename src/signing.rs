@@ -140,9 +140,7 @@ pub fn verify<'a>(
     }
     let id = headers
         .id
-        .filter(|id| {
-            !id.is_empty() && id.len() <= MAX_ID_LEN && id.bytes().all(|b| b.is_ascii_graphic())
-        })
+        .filter(|id| crate::domain::is_token(id.as_bytes(), MAX_ID_LEN))
         .ok_or(SignatureError::BadId)?;
     let timestamp_text = headers
         .timestamp

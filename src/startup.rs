@@ -437,17 +437,15 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// The caller's `X-Request-Id` when it is a sane one; else a new UUIDv7 of the clock every
 /// instance shares ([`crate::domain::v7_now`]), so request ids made on hosts whose clocks
 /// differ still sort as the requests came.
-fn request_id_of(req: &actix_web::dev::ServiceRequest) -> HeaderValue {
-    let sane = |v: &&HeaderValue| {
-        let bytes = v.as_bytes();
-        !bytes.is_empty() && bytes.len() <= 200 && bytes.iter().all(u8::is_ascii_graphic)
-    };
-    if let Some(theirs) = req.headers().get(&REQUEST_ID).filter(sane) {
-        return theirs.clone();
+fn request_id_of(req: &actix_web::dev::ServiceRequest) -> RequestId {
+    let theirs = req.headers().get(&REQUEST_ID);
+    if let Some(theirs) = theirs.filter(|v| crate::domain::is_token(v.as_bytes(), 200)) {
+        return RequestId(theirs.clone());
     }
     let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
     let ours = crate::domain::v7_now().hyphenated().encode_lower(&mut text);
-    HeaderValue::from_str(ours).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
+    // A UUID's text is always a valid header value; the fallback is never taken.
+    RequestId(HeaderValue::from_str(ours).unwrap_or_else(|_| HeaderValue::from_static("unknown")))
 }
 
 /// How long in-flight requests may take to finish after SIGTERM: the longest a request
@@ -478,13 +476,13 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
             .app_data(connections.clone())
             .wrap_fn(move |req, srv| {
                 let request_id = request_id_of(&req);
-                req.extensions_mut().insert(RequestId(request_id.clone()));
+                req.extensions_mut().insert(request_id.clone());
                 let method = req.method().clone();
                 let started = Instant::now();
                 let fut = srv.call(req);
                 async move {
                     let mut res = bare_not_found_as_problem(fut.await?.map_into_boxed_body());
-                    res.headers_mut().insert(REQUEST_ID, request_id.clone());
+                    res.headers_mut().insert(REQUEST_ID, request_id.0.clone());
                     // From its maximum down to seven eighths of it, the server lets a
                     // waiting client in after this answer (`src/connections.rs`).
                     if res
@@ -503,7 +501,7 @@ fn run(listener: TcpListener, state: AppState) -> Result<Server, StartupError> {
                     crate::metrics::http_request(&method, &route, res.status(), elapsed);
                     // The fields are evaluated only when the line is written.
                     tracing::info!(
-                        request_id = %request_id.to_str().unwrap_or_default(),
+                        request_id = %request_id.as_str(),
                         %method,
                         route,
                         merchant = res

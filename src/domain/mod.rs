@@ -26,7 +26,7 @@ pub use status::{
     DeliveryStatus, DisputeStatus, EndpointStatus, IllegalMove, PaymentStatus, PayoutStatus,
     RefundStatus, StepStatus,
 };
-pub use text::{check_text, sanitized};
+pub use text::{check_text, is_token, sanitized};
 pub use time::{Timestamp, follow_database_clock, format_timestamp, now};
 
 /// The API request that made a change: its `X-Request-Id` and `Idempotency-Key`. Events

@@ -21,6 +21,12 @@ pub fn check_text(text: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Whether `bytes` are a token as an id in a header is: 1 to `max_len` visible ASCII
+/// characters, no space (a caller's `X-Request-Id`, a webhook's `webhook-id`).
+pub fn is_token(bytes: &[u8], max_len: usize) -> bool {
+    !bytes.is_empty() && bytes.len() <= max_len && bytes.iter().all(u8::is_ascii_graphic)
+}
+
 /// Text that arrives from the provider (its ids, failure codes and messages), made fit to
 /// store: each refused character becomes U+FFFD. Refusing it is no option there: the
 /// provider has already moved the money, and its answer must be recorded.
@@ -41,7 +47,16 @@ fn is_refused(c: char) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::check_text;
+    use super::{check_text, is_token};
+
+    #[test]
+    fn a_token_is_one_to_max_visible_ascii_characters() {
+        assert!(is_token(b"req-1", 5));
+        assert!(is_token(b"~!", 2));
+        for not in [&b""[..], b"req-12", b"req 1", b"req\t", b"r\xc3\xa9q"] {
+            assert!(!is_token(not, 5), "{not:?}");
+        }
+    }
 
     #[test]
     fn refuses_nul_and_other_control_characters() {

@@ -1,4 +1,4 @@
-use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::authenticate::Authenticated;
 use super::input::Query;
@@ -6,16 +6,12 @@ use crate::domain::RequestRef;
 use crate::domain::{EventId, IdempotencyKey};
 use crate::error::ApiError;
 use crate::events::{self, EventPage, EventType};
-use crate::state::{AppState, RequestId};
+use crate::state::AppState;
 
 /// The API request about to make a change, as its event will name it.
 pub fn request_ref(req: &HttpRequest, key: Option<&IdempotencyKey>) -> RequestRef {
     RequestRef {
-        id: req
-            .extensions()
-            .get::<RequestId>()
-            .map(|r| r.as_str().to_owned())
-            .unwrap_or_default(),
+        id: super::input::request_id(req).unwrap_or_default(),
         idempotency_key: key.map(|k| k.as_str().to_owned()),
     }
 }
