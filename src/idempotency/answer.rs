@@ -91,8 +91,5 @@ impl AsRef<[u8]> for SharedBody {
 
 /// Names one idempotency scope: a merchant's key on one kind of request.
 pub fn scope_key(resource: &str, merchant_id: &str, idempotency_key: &str) -> String {
-    let parts = [resource, "\u{0}", merchant_id, "\u{0}", idempotency_key];
-    let mut key = String::with_capacity(parts.iter().map(|part| part.len()).sum());
-    parts.iter().for_each(|part| key.push_str(part));
-    key
+    [resource, "\u{0}", merchant_id, "\u{0}", idempotency_key].concat()
 }
