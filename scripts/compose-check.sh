@@ -150,10 +150,15 @@ rm -f "$exit_file"
 # Each instance stopped twice (the rolling restart, then this), each time on SIGTERM. (The log
 # is read whole first: grep -c would stop reading early, and pipefail would take the writer's
 # SIGPIPE for a failure.)
+# No panic either, not even one the process's exit cut short: a thread panicking in its
+# thread-local destructors while the main thread exits shows only as its message when the
+# exit wins the race, as exit 134 when the abort does.
 for instance in "${INSTANCES[@]}"; do
   log="$(compose logs --no-color "$instance")"
   stops="$(grep -c 'HTTP server stopped' <<< "$log" || true)"
   [ "$stops" -ge 2 ] || fail "$instance's log shows $stops stops on SIGTERM, not 2"
+  panics="$(grep -c 'panicked' <<< "$log" || true)"
+  [ "$panics" -eq 0 ] || fail "$instance's log shows $panics panics: $(grep -m 1 -A 1 'panicked' <<< "$log")"
 done
 echo "stopped on SIGTERM: exit 0 after draining; started again, healthy ($((SECONDS - started)) s)"
 
