@@ -379,6 +379,34 @@ pub fn ready(conn: &mut DbConnection, limit: i64) -> QueryResult<Vec<DeferredRow
         .load(conn)
 }
 
+/// The kept events that wait for these payments, oldest first: applied in the transaction
+/// that captures them.
+pub fn kept_for(conn: &mut DbConnection, payment_ids: &[&str]) -> QueryResult<Vec<DeferredRow>> {
+    deferred_disputes::table
+        .filter(deferred_disputes::payment_id.eq_any(payment_ids))
+        .order((
+            deferred_disputes::created_at.asc(),
+            deferred_disputes::webhook_id.asc(),
+        ))
+        .select(DeferredRow::as_select())
+        .load(conn)
+}
+
+/// Whether an opening of a dispute of this payment is kept, waiting to be applied: the
+/// provider has told us the money is disputed, so refunds wait as for an open dispute.
+pub fn opening_kept(
+    conn: &mut DbConnection,
+    payment_id: &str,
+    opening_type: &str,
+) -> QueryResult<bool> {
+    diesel::select(diesel::dsl::exists(
+        deferred_disputes::table
+            .filter(deferred_disputes::payment_id.eq(payment_id))
+            .filter(deferred_disputes::event_type.eq(opening_type)),
+    ))
+    .get_result(conn)
+}
+
 /// Takes a kept event to apply it: true for exactly one of concurrent takers.
 pub fn take(conn: &mut DbConnection, webhook_id: &str) -> QueryResult<bool> {
     diesel::delete(deferred_disputes::table.filter(deferred_disputes::webhook_id.eq(webhook_id)))

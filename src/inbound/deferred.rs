@@ -1,9 +1,11 @@
-//! The provider's dispute events that came before their payment was final: applied by the
-//! recovery pass, oldest first, once it is (an opening for a payment that ended without a
-//! capture then changes nothing, as it would have on arrival).
+//! The provider's dispute events that came before their payment was final: applied, oldest
+//! first, in the transaction that captures the payment, and otherwise by the recovery pass
+//! once the payment is final (an opening for a payment that ended without a capture then
+//! changes nothing, as it would have on arrival). While an opening is kept, the payment's
+//! refunds wait as they do for an open dispute.
 
 use super::apply::{Applied, apply, log_applied};
-use super::event::{Envelope, effect_of};
+use super::event::{DISPUTE_CREATED, Envelope, effect_of};
 use crate::db::DbConnection;
 use crate::db::disputes::{self as rows, DeferredRow};
 use crate::domain::{LedgerPolicy, Timestamp, now};
@@ -34,6 +36,41 @@ pub async fn apply_deferred_disputes(state: &AppState) -> usize {
         tracing::warn!(error = %e, "applying kept dispute events failed; will retry");
         0
     })
+}
+
+/// Applies the kept dispute events of payments just captured, in the transaction that
+/// captured them, so the dispute is open from the moment the money is (the recovery pass
+/// would apply them up to `RECOVERY_INTERVAL_MS` later). Each in a savepoint of its own: one
+/// that fails is left kept for the recovery pass, and the capture stands.
+///
+/// Lock order: the caller holds the payments' rows, and each event takes its provider
+/// dispute's lock (`apply`). A webhook that holds a dispute's lock never waits for a payment
+/// that is not final: it keeps its event without touching the payment's row.
+pub(crate) fn apply_kept_of_captured(
+    conn: &mut DbConnection,
+    captured: &[(&str, &LedgerPolicy)],
+    at: Timestamp,
+) -> diesel::QueryResult<()> {
+    use diesel::Connection;
+    if captured.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<&str> = captured.iter().map(|(id, _)| *id).collect();
+    for kept in rows::kept_for(conn, &ids)? {
+        let Some((_, policy)) = captured.iter().find(|(id, _)| *id == kept.payment_id) else {
+            continue;
+        };
+        if let Err(e) = conn.transaction(|conn| apply_kept(conn, &kept, at, policy)) {
+            tracing::warn!(webhook_id = %kept.webhook_id, payment_id = %kept.payment_id, error = %e, "applying a kept dispute event at capture failed; the recovery pass will");
+        }
+    }
+    Ok(())
+}
+
+/// Whether the provider opened a dispute of this payment that is kept until the payment is
+/// final: its money is disputed already, so a refund waits as for an open dispute.
+pub(crate) fn dispute_kept(conn: &mut DbConnection, payment_id: &str) -> diesel::QueryResult<bool> {
+    rows::opening_kept(conn, payment_id, DISPUTE_CREATED)
 }
 
 /// Takes a kept event and applies it, in the caller's transaction; `None` when another

@@ -21,6 +21,7 @@ mod retention;
 
 pub use crate::signing::{SignedHeaders, WebhookSecret, sign};
 pub use deferred::apply_deferred_disputes;
+pub(crate) use deferred::{apply_kept_of_captured, dispute_kept};
 pub use receive::{Receipt, receive_provider_event};
 pub use retention::{
     PRUNE_BATCH, PRUNE_INTERVAL, RETENTION, prune_expired_events, spawn_retention_task,

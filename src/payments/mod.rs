@@ -238,6 +238,16 @@ pub fn finish_recorded_all(
             })
             .collect();
         events::record_all(conn, &events, &charges)?;
+        // Dispute events the provider sent before the charge was final open now, with it.
+        let captured: Vec<(&str, &LedgerPolicy)> = states
+            .iter()
+            .zip(&finished)
+            .filter(|(s, finished)| {
+                **finished && s.row.status == crate::domain::PaymentStatus::Succeeded
+            })
+            .map(|(s, _)| (s.row.id.as_str(), &s.policy))
+            .collect();
+        crate::inbound::apply_kept_of_captured(conn, &captured, now())?;
         Ok(finished)
     })
 }

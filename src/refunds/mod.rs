@@ -333,7 +333,8 @@ fn claim_refund(
                     "payment {} has status `{}`: only succeeded payments can be refunded",
                     payment.id, payment.status
                 )))
-            } else if payment.disputes_open > 0 {
+            } else if payment.disputes_open > 0 || crate::inbound::dispute_kept(conn, &payment.id)?
+            {
                 Some(ApiError::PaymentDisputed(format!(
                     "payment {} has an open dispute: it can be refunded once the dispute \
                      is closed",

@@ -303,6 +303,14 @@ fn finish_operation(
                         request,
                     },
                 )?;
+                if capture {
+                    // Dispute events the provider sent before the capture open now, with it.
+                    crate::inbound::apply_kept_of_captured(
+                        conn,
+                        &[(op.payment_id.as_str(), policy)],
+                        at,
+                    )?;
+                }
                 Answer::new(200, payment)
             }
         };

@@ -333,6 +333,130 @@ async fn dispute_events_for_a_payment_not_final_yet_wait_for_it() {
     assert_eq!(app.all_disputes().await.len(), 2);
 }
 
+/// A kept opening is applied in the transaction that captures its payment, not at the
+/// recovery pass (here an hour away): from the first answer after the capture, the dispute
+/// is open and the payment cannot be refunded.
+#[actix_web::test]
+async fn a_kept_dispute_opens_with_the_capture_of_its_payment() {
+    let app = spawn_app_with(|s| {
+        s.provider_async_delay = Duration::from_secs(3600);
+        s.recovery_interval = Duration::from_secs(3600);
+    })
+    .await;
+    let processing = app
+        .post_payment(
+            "pay-async",
+            &json!({"amount": 2000, "currency": "usd", "payment_method": "pm_card_async"}),
+        )
+        .await
+        .json();
+    let manual = json!({"amount": 800, "currency": "usd", "payment_method": "pm_card_visa",
+        "capture_method": "manual"});
+    let held = app.post_payment("pay-held", &manual).await.json();
+    app.provider_event(
+        "charge.dispute.created",
+        opening("du_early", &processing, 2000),
+    )
+    .await;
+    app.provider_event("charge.dispute.updated", moving("du_early", "under_review"))
+        .await;
+    app.provider_event("charge.dispute.created", opening("du_held", &held, 800))
+        .await;
+    assert!(app.all_disputes().await.is_empty(), "nothing opens yet");
+
+    // The webhook that finishes the payment opens its dispute and moves it, at once.
+    let id = processing["id"].as_str().unwrap();
+    let charge = json!({
+        "charge_id": processing["provider_charge_id"],
+        "reference": id,
+        "amount": 2000,
+        "currency": "usd",
+    });
+    app.provider_event("charge.succeeded", charge).await;
+    let disputes = app.disputes_of(id).await;
+    assert_eq!(disputes.len(), 1, "{disputes:?}");
+    assert_eq!(disputes[0]["status"], "under_review");
+    assert_eq!(app.payment_json(id).await["amount_disputed"], 2000);
+    let refund = app
+        .post_json(
+            &format!("/v1/payments/{id}/refunds"),
+            &app.api_key,
+            Some("refund-disputed"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(refund.status, 409, "{}", refund.text());
+    assert_eq!(refund.json()["code"], "payment_disputed");
+    assert_eq!(
+        app.movements(id).await,
+        vec![("charge".to_owned(), 2000, 88)]
+    );
+    let dispute_id = disputes[0]["id"].as_str().unwrap();
+    assert_eq!(
+        app.movements(dispute_id).await,
+        vec![("dispute".to_owned(), -2000, DISPUTE_FEE)]
+    );
+
+    // So does the capture of an authorization.
+    let held_id = held["id"].as_str().unwrap();
+    let captured = app
+        .post_json(
+            &format!("/v1/payments/{held_id}/capture"),
+            &app.api_key,
+            Some("capture-held"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(captured.status, 200, "{}", captured.text());
+    let disputes = app.disputes_of(held_id).await;
+    assert_eq!(disputes.len(), 1, "{disputes:?}");
+    assert_eq!(disputes[0]["status"], "needs_response");
+    assert_eq!(app.payment_json(held_id).await["amount_disputed"], 800);
+}
+
+/// While the provider's opening of a dispute is kept (its payment was not final when it
+/// came, and the recovery pass has not applied it yet), the payment's refunds wait as for
+/// an open dispute.
+#[actix_web::test]
+async fn a_payment_with_a_kept_dispute_opening_is_not_refunded() {
+    let app = spawn_app_with(|s| s.recovery_interval = Duration::from_secs(3600)).await;
+    let payment = app.visa_payment("pay-kept", 2000).await;
+    let id = payment["id"].as_str().unwrap().to_owned();
+    // What a webhook leaves when the payment became final just after it read it.
+    let kept = payments_api::db::disputes::DeferredRow {
+        webhook_id: "evt_kept_race".to_owned(),
+        provider_dispute_id: "du_raced".to_owned(),
+        payment_id: id.clone(),
+        event_type: "charge.dispute.created".to_owned(),
+        data: opening("du_raced", &payment, 2000).to_string(),
+        created_at: payments_api::domain::now(),
+    };
+    app.state
+        .db
+        .run(move |conn| payments_api::db::disputes::defer(conn, &kept))
+        .await
+        .expect("the kept opening");
+    let refund = app
+        .post_json(
+            &format!("/v1/payments/{id}/refunds"),
+            &app.api_key,
+            Some("refund-kept"),
+            &json!({"amount": 500}),
+        )
+        .await;
+    assert_eq!(refund.status, 409, "{}", refund.text());
+    assert_eq!(refund.json()["code"], "payment_disputed");
+    assert_eq!(
+        app.movements(&id).await,
+        vec![("charge".to_owned(), 2000, 88)]
+    );
+
+    // Once applied, the dispute is open: refunds still wait, now for it.
+    payments_api::inbound::apply_deferred_disputes(&app.state).await;
+    assert_eq!(app.disputes_of(&id).await.len(), 1);
+    assert_eq!(app.payment_json(&id).await["amount_disputed"], 2000);
+}
+
 #[actix_web::test]
 async fn a_lost_partial_dispute_bounds_what_is_left_to_refund() {
     let app = spawn_app().await;
