@@ -217,14 +217,13 @@ fn reconcile(settings: Settings, from: Option<Timestamp>, to: Option<Timestamp>)
     use payments_api::reconcile::{self, Window};
     let default = Window::ending_before(payments_api::domain::now());
     let to = to.unwrap_or(default.to);
-    let window = Window {
-        from: from.unwrap_or(to - chrono::Duration::hours(24)),
-        to,
+    let window = match Window::new(from.unwrap_or(to - chrono::Duration::hours(24)), to) {
+        Ok(window) => window,
+        Err(why) => {
+            eprintln!("payments-api: {why}");
+            return ExitCode::from(2);
+        }
     };
-    if window.from >= window.to {
-        eprintln!("payments-api: --from must be before --to");
-        return ExitCode::from(2);
-    }
     let outcome = connect(settings.clone(), Schema::Migrate).and_then(|db| {
         let provider = payments_api::startup::command_provider(&settings)?;
         actix_web::rt::System::new().block_on(async move {

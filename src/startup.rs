@@ -338,27 +338,24 @@ fn start_background_tasks(state: &AppState) {
 /// The provider a command (not the server) talks to: over HTTP at `PROVIDER_URL`, or,
 /// without one, a fresh in-process simulator, which has moved no money yet (said on stderr).
 pub fn command_provider(settings: &Settings) -> Result<Arc<dyn PaymentProvider>, StartupError> {
-    match &settings.provider_url {
-        Some(url) => {
-            let tls = client_tls(settings)?;
-            Ok(Arc::new(HttpProvider::new(
-                url.clone(),
-                settings.provider_timeout,
-                settings.provider_max_attempts,
-                tls,
-            )))
-        }
-        None => {
-            eprintln!(
-                "payments-api: PROVIDER_URL is not set: using a new in-process simulator, \
-                 whose report holds no movement"
-            );
-            Ok(Arc::new(InProcessProvider::new(
-                Arc::new(Simulator::new()),
-                Duration::ZERO,
-            )))
-        }
-    }
+    let Some(url) = &settings.provider_url else {
+        // A new simulator's report holds no movement: every money move of the window would
+        // read as missing at the provider, and the real discrepancies as resolved.
+        return Err(crate::config::ConfigError::new(
+            "PROVIDER_URL",
+            "unset: `reconcile` reads the provider's settlement report over HTTP (the \
+             in-process simulator's report lives in the serving process, which reconciles it \
+             itself every RECONCILE_INTERVAL_MS)",
+        )
+        .into());
+    };
+    let tls = client_tls(settings)?;
+    Ok(Arc::new(HttpProvider::new(
+        url.clone(),
+        settings.provider_timeout,
+        settings.provider_max_attempts,
+        tls,
+    )))
 }
 
 /// What `https` calls out trust: a `TLS_CA_FILE` that cannot be read is a bad setting.

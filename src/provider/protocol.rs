@@ -262,9 +262,11 @@ pub struct SettlementMovement {
     #[serde(rename = "type")]
     pub kind: MovementKind,
     /// Our id of the payment, refund or payout (a payment's for disputes).
+    #[serde(deserialize_with = "provider_string")]
     pub reference: String,
     /// Positive; the kind says the direction.
     pub amount: i64,
+    #[serde(deserialize_with = "provider_string")]
     pub currency: String,
     #[serde(with = "rfc3339")]
     pub created_at: Timestamp,
@@ -303,6 +305,13 @@ fn provider_id<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::
         return Err(serde::de::Error::custom("the provider gave an empty id"));
     }
     Ok(sanitized(id))
+}
+
+/// Text from the provider that we compare, store and print (a movement's reference and
+/// currency), made fit to store like its ids: one movement PostgreSQL cannot hold would
+/// stop every reconciliation of its window.
+fn provider_string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    Ok(sanitized(String::deserialize(deserializer)?))
 }
 
 /// A field the provider echoes from our request: only its id and status decide anything,
@@ -471,6 +480,23 @@ mod tests {
         let update: ChargeUpdate =
             serde_json::from_str(r#"{"id": "ch_\u0001", "status": "canceled"}"#).unwrap();
         assert_eq!(update.id, "ch_\u{fffd}");
+        let movement = |reference: &str, currency: &str, created_at: &str| {
+            serde_json::from_str::<SettlementMovement>(&format!(
+                r#"{{"id": "mv_\u0000", "type": "charge", "reference": "{reference}",
+                    "amount": 1, "currency": "{currency}", "created_at": "{created_at}"}}"#
+            ))
+        };
+        let odd = movement("pay_\\u0000x", "u\\u0000d", "2026-11-30T06:00:00Z").unwrap();
+        assert_eq!(
+            (
+                odd.id.as_str(),
+                odd.reference.as_str(),
+                odd.currency.as_str()
+            ),
+            ("mv_\u{fffd}", "pay_\u{fffd}x", "u\u{fffd}d")
+        );
+        // A movement whose time cannot be read is not understood: the page is not either.
+        assert!(movement("pay_1", "usd", "yesterday").is_err());
         for empty in [
             r#"{"id": "", "status": "succeeded"}"#,
             r#"{"status": "succeeded"}"#,

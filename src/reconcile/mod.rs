@@ -118,12 +118,58 @@ pub struct Window {
 }
 
 impl Window {
+    /// A window given to the command: `from` before `to`, and the report read around it (an
+    /// hour before, five minutes after) within the years RFC 3339 can write, 0001 to 9999.
+    pub fn new(from: Timestamp, to: Timestamp) -> Result<Self, String> {
+        use chrono::Datelike;
+        if from >= to {
+            return Err("--from must be before --to".to_owned());
+        }
+        let writable = |t: Option<Timestamp>| t.is_some_and(|t| (1..=9999).contains(&t.year()));
+        if !writable(from.checked_sub_signed(run::LOOKBACK))
+            || !writable(to.checked_add_signed(run::LOOKAHEAD))
+        {
+            return Err(
+                "--from may be no earlier than 0001-01-01T01:00:00Z and --to must be before \
+                 9999-12-31T23:55:00Z (the report is read from an hour before the window to \
+                 five minutes after it, in RFC 3339 times)"
+                    .to_owned(),
+            );
+        }
+        Ok(Self { from, to })
+    }
+
     /// The default: the 24 hours that ended 10 minutes before `now`.
     pub fn ending_before(now: Timestamp) -> Self {
         let to = now - chrono::Duration::minutes(10);
         Self {
             from: to - chrono::Duration::hours(24),
             to,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Window;
+
+    #[test]
+    fn a_window_is_one_whose_report_rfc_3339_can_ask_for() {
+        let at = |t: &str| {
+            chrono::DateTime::parse_from_rfc3339(t)
+                .expect("a time")
+                .naive_utc()
+        };
+        assert!(Window::new(at("2026-11-30T00:00:00Z"), at("2026-11-30T01:00:00Z")).is_ok());
+        assert!(Window::new(at("0001-01-01T01:00:00Z"), at("9999-12-31T23:54:59Z")).is_ok());
+        for (from, to) in [
+            ("2026-11-30T01:00:00Z", "2026-11-30T01:00:00Z"),
+            ("2026-11-30T02:00:00Z", "2026-11-30T01:00:00Z"),
+            ("0001-01-01T00:59:59Z", "2026-11-30T01:00:00Z"),
+            ("0000-01-01T00:00:00Z", "2026-11-30T01:00:00Z"),
+            ("2026-11-30T00:00:00Z", "9999-12-31T23:55:00Z"),
+        ] {
+            assert!(Window::new(at(from), at(to)).is_err(), "{from} {to}");
         }
     }
 }

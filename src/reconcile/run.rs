@@ -15,12 +15,12 @@ use crate::state::AppState;
 /// How far before the window provider movements are read, to match our moves that became
 /// final just inside it (the provider moves money first; we record it after, sometimes
 /// after a recovery).
-const LOOKBACK: chrono::Duration = chrono::Duration::hours(1);
+pub(super) const LOOKBACK: chrono::Duration = chrono::Duration::hours(1);
 /// How far after the window provider movements are read, to match our moves that became
 /// final just before its end by our clock though the provider's clock put its movement just
 /// after (two hosts' clocks differ). The scheduled window ends ten minutes ago, so these
 /// movements are already in the report.
-const LOOKAHEAD: chrono::Duration = chrono::Duration::minutes(5);
+pub(super) const LOOKAHEAD: chrono::Duration = chrono::Duration::minutes(5);
 /// Movements per page of the report, and our moves per page of each query.
 const PAGE: usize = 1000;
 /// How long a run holds the lease without renewing it (it renews on every page).
@@ -170,6 +170,10 @@ async fn run(
 
     // 1. The provider's movements, page by page.
     let mut after: Option<String> = None;
+    // The last movement of each page read: a page that ends where one before it did means
+    // the report does not move forward (it would be read for ever, its movements judged
+    // again as duplicates). One id per page, however long the report.
+    let mut cursors = HashSet::new();
     loop {
         let query = SettlementQuery {
             created_gte: window.from - LOOKBACK,
@@ -182,6 +186,14 @@ async fn run(
             .await
             .map_err(|e| ReconcileError::Provider(e.to_string()))?;
         after = page.data.last().map(|m| m.id.clone());
+        if let Some(last) = &after
+            && !cursors.insert(last.clone())
+        {
+            return Err(ReconcileError::Provider(format!(
+                "the settlement report does not move forward: a second page ends with \
+                 movement `{last}`"
+            )));
+        }
         let has_more = page.has_more && after.is_some();
         let run_id_owned = run_id.to_owned();
         let (page_matched, stored) = db

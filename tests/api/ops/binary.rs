@@ -321,6 +321,25 @@ async fn settings_judged_at_the_start_stop_it_with_exit_2_and_their_name() {
     );
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("TLS_CA_FILE"), "{stderr}");
+    // Without a provider to read, it does not read a new simulator's empty report (every
+    // money move "missing", the real discrepancies "resolved"): it stops, naming the setting.
+    let (code, stdout, stderr) = run(&["reconcile"], &[]);
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert!(stderr.contains("PROVIDER_URL"), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    // Nor a window whose report RFC 3339 cannot write.
+    let (code, stdout, stderr) = run(
+        &[
+            "reconcile",
+            "--from",
+            "0000-01-01T00:00:00Z",
+            "--to",
+            "2026-01-01T00:00:00Z",
+        ],
+        &[("PROVIDER_URL", "http://127.0.0.1:9")],
+    );
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert!(stderr.contains("0001-01-01T01:00:00Z"), "{stderr}");
 }
 
 /// `provider-sim` too: `--help` describes it and exits 0 (it does not start serving); a

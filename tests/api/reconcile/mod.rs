@@ -56,6 +56,8 @@ pub(super) async fn reconcile_command(database_url: &str, provider_url: &str) ->
 #[derive(Default)]
 struct ScriptedReport {
     movements: Mutex<Vec<SettlementMovement>>,
+    /// Serves the first page again whatever `starting_after` asks for.
+    stuck: std::sync::atomic::AtomicBool,
 }
 
 impl ScriptedReport {
@@ -118,7 +120,9 @@ impl PaymentProvider for ScriptedReport {
         query: &'a SettlementQuery,
     ) -> LocalBoxFuture<'a, Result<SettlementPage, ProviderError>> {
         let all = self.movements.lock().unwrap().clone();
+        let stuck = self.stuck.load(std::sync::atomic::Ordering::SeqCst);
         let start = match &query.starting_after {
+            _ if stuck => 0,
             None => 0,
             Some(id) => all
                 .iter()
@@ -399,6 +403,52 @@ async fn a_movement_with_a_reference_of_any_length_is_one_discrepancy() {
     assert_eq!(kinds(&again), kinds(&found));
     assert_eq!(second.open_total(), 1);
     assert_eq!(stored_discrepancies(&app).await, stored, "stored once");
+}
+
+/// A report whose pages do not move forward (the provider ignores `starting_after`) stops
+/// the run: read for ever it would hammer the provider, hold the lease, and judge its own
+/// movements again as duplicates.
+#[actix_web::test]
+async fn a_report_that_does_not_move_forward_stops_the_run() {
+    let app = spawn_app().await;
+    let report = ScriptedReport::default();
+    report.set(
+        (1..=3)
+            .map(|n| {
+                movement(
+                    n,
+                    MovementKind::Charge,
+                    &format!("pay_nobody_{n}"),
+                    10,
+                    "usd",
+                )
+            })
+            .collect(),
+    );
+    report
+        .stuck
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut found = Vec::new();
+    let outcome = reconcile::reconcile(&app.state.db, &report, recent(), &mut |f: &Found| {
+        found.push(f.clone())
+    })
+    .await;
+    let error = outcome.expect_err("the run stops").to_string();
+    assert!(error.contains("does not move forward"), "{error}");
+    // The first page's two movements, found once; never their duplicates.
+    assert_eq!(
+        kinds(&found),
+        [
+            ("missing_here".to_owned(), "pay_nobody_1".to_owned()),
+            ("missing_here".to_owned(), "pay_nobody_2".to_owned())
+        ]
+    );
+    // The lease is given back: the next run can start, and reads the report whole.
+    report
+        .stuck
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let (after, _) = run(&app, &report).await;
+    assert_eq!(after.open_total(), 3);
 }
 
 /// A dispute's movement names its payment, which may have several disputes: each movement
