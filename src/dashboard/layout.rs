@@ -155,6 +155,20 @@ pub fn not_found(session: &Session, what: &str) -> HttpResponse {
     )
 }
 
+/// An address under /dashboard that is no page of it.
+pub fn no_such_page() -> HttpResponse {
+    page(
+        404,
+        "Not found",
+        None,
+        html! {
+            h1 { "Not found" }
+            p { "The dashboard has no such page." }
+            p { a href="/dashboard" { "Back to the dashboard" } }
+        },
+    )
+}
+
 /// A request no page can take (a form or query that does not parse, an address holding a
 /// NUL): its status, what was wrong, nothing done.
 pub fn refused_input(status: u16, detail: &str) -> HttpResponse {

@@ -86,16 +86,16 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             )
             .app_data(web::QueryConfig::default().error_handler(|e, _| refused(e)))
             .wrap(from_fn(refuse_nul))
-            .route("", web::get().to(overview::overview))
-            .route("/", web::get().to(overview::overview))
+            .route("", page().to(overview::overview))
+            .route("/", page().to(overview::overview))
             .route("/sign-in", web::post().to(session::sign_in))
             .route("/sign-out", web::post().to(session::sign_out))
-            .route("/payments", web::get().to(pages::payments))
-            .route("/payments/{id}", web::get().to(pages::payment))
+            .route("/payments", page().to(pages::payments))
+            .route("/payments/{id}", page().to(pages::payment))
             .route("/payments/{id}/refund", web::post().to(actions::refund))
             .route("/payments/{id}/capture", web::post().to(actions::capture))
             .route("/payments/{id}/cancel", web::post().to(actions::cancel))
-            .route("/disputes", web::get().to(money_pages::disputes))
+            .route("/disputes", page().to(money_pages::disputes))
             .route(
                 "/disputes/{id}/evidence",
                 web::post().to(actions::submit_evidence),
@@ -104,10 +104,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 "/disputes/{id}/accept",
                 web::post().to(actions::accept_dispute),
             )
-            .route("/balance", web::get().to(money_pages::balance))
-            .route("/webhooks", web::get().to(webhooks::list))
+            .route("/balance", page().to(money_pages::balance))
+            .route("/webhooks", page().to(webhooks::list))
             .route("/webhooks", web::post().to(webhooks::create))
-            .route("/webhooks/{id}", web::get().to(webhooks::endpoint))
+            .route("/webhooks/{id}", page().to(webhooks::endpoint))
             .route("/webhooks/{id}", web::post().to(webhooks::update))
             .route(
                 "/webhooks/{id}/status",
@@ -117,13 +117,25 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route("/webhooks/{id}/test", web::post().to(webhooks::test))
             .route("/webhooks/{id}/replay", web::post().to(webhooks::replay))
             .route("/webhooks/{id}/delete", web::post().to(webhooks::delete))
-            .route("/events", web::get().to(events::events))
+            .route("/events", page().to(events::events))
             .route("/balance/payout", web::post().to(actions::pay_out))
-            .route("/api-keys", web::get().to(keys::list))
+            .route("/api-keys", page().to(keys::list))
             .route("/api-keys", web::post().to(keys::create))
             .route("/api-keys/{id}/revoke", web::post().to(keys::revoke))
-            .route("/assets/app.css", web::get().to(layout::stylesheet)),
+            .route("/assets/app.css", page().to(layout::stylesheet))
+            // Any other address under /dashboard (or method of one) is the dashboard's own
+            // 404 page, with its headers, not the API's problem.
+            .default_service(web::to(no_such_page)),
     );
+}
+
+/// A page's route: GET, and HEAD as every GET route of ours (`routes::get_or_head`).
+fn page() -> actix_web::Route {
+    web::route().guard(crate::routes::get_or_head())
+}
+
+async fn no_such_page() -> actix_web::HttpResponse {
+    layout::no_such_page()
 }
 
 /// A form or query that does not parse: the dashboard's page saying so, not actix's text.

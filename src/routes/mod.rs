@@ -260,9 +260,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         for route in ROUTES.iter().filter(|r| r.path == path) {
             let handler = (route.handler)();
             resource = resource.route(if route.method == Method::GET {
-                handler.guard(
-                    actix_web::guard::Any(actix_web::guard::Get()).or(actix_web::guard::Head()),
-                )
+                handler.guard(get_or_head())
             } else {
                 handler.method(route.method.clone())
             });
@@ -271,6 +269,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     }
     // The docs page's own files (HTML, JS, CSS, embedded in the binary).
     cfg.service(ops::swagger_ui());
+}
+
+/// What a GET route of ours (the API's and the dashboard's pages) answers: GET, and HEAD,
+/// the same answer without its body.
+pub fn get_or_head() -> impl actix_web::guard::Guard {
+    actix_web::guard::Any(actix_web::guard::Get()).or(actix_web::guard::Head())
 }
 
 pub async fn not_found() -> Result<HttpResponse, ApiError> {

@@ -209,3 +209,56 @@ async fn wrong_keys_are_rate_limited_like_the_api() {
     let mut visitor = visitor;
     assert_eq!(visitor.sign_in(&app.api_key).await.status, 303);
 }
+
+/// Every answer under /dashboard is the dashboard's, with its headers: a page asked with
+/// HEAD (as every GET route of ours answers it), and an address that is no page.
+#[actix_web::test]
+async fn heads_and_unknown_addresses_get_the_dashboards_answers() {
+    let app = spawn_app().await;
+    let mut visitor = Visitor::new(&app);
+    assert_eq!(visitor.sign_in(&app.api_key).await.status, 303);
+    let secured = |response: &crate::support::TestResponse| {
+        let policy = response
+            .header("content-security-policy")
+            .unwrap_or_default();
+        policy.contains("frame-ancestors 'none'") && !policy.contains("unsafe-inline")
+    };
+    for path in [
+        "/dashboard",
+        "/dashboard/payments",
+        "/dashboard/assets/app.css",
+    ] {
+        let head = visitor.send("HEAD", path, None, &[]).await;
+        assert_eq!(head.status, 200, "HEAD {path}");
+        assert!(head.body.is_empty(), "HEAD {path}: no body");
+        let get = visitor.get(path).await;
+        assert_eq!(
+            head.header("content-type"),
+            get.header("content-type"),
+            "HEAD {path}"
+        );
+        if path != "/dashboard/assets/app.css" {
+            assert!(secured(&head), "HEAD {path}");
+        }
+    }
+    for (method, path) in [
+        ("GET", "/dashboard/nothing"),
+        ("GET", "/dashboard/payments/pay_x/nothing"),
+        ("DELETE", "/dashboard/payments"),
+    ] {
+        let response = visitor.send(method, path, None, &[]).await;
+        assert_eq!(response.status, 404, "{method} {path}");
+        assert!(
+            response
+                .header("content-type")
+                .is_some_and(|t| t.starts_with("text/html")),
+            "{method} {path}"
+        );
+        assert!(secured(&response), "{method} {path}");
+        assert!(
+            response.text().contains("no such page"),
+            "{}",
+            response.text()
+        );
+    }
+}
