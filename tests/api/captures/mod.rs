@@ -36,7 +36,7 @@ impl TestApp {
         payment["id"].as_str().unwrap().to_owned()
     }
 
-    async fn capture(&self, payment_id: &str, key: &str, body: &Value) -> TestResponse {
+    pub(crate) async fn capture(&self, payment_id: &str, key: &str, body: &Value) -> TestResponse {
         let path = format!("/v1/payments/{payment_id}/capture");
         self.post_json(&path, &self.api_key, Some(key), body).await
     }

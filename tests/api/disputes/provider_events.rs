@@ -16,6 +16,44 @@ impl TestApp {
         response.json()
     }
 
+    /// Out of order: an automatic payment left `processing` (the simulator's webhook far
+    /// away) and an authorization (800, `requires_capture`), each disputed before it is final;
+    /// the first one's dispute also moved to `under_review`.
+    async fn disputed_before_final(&self) -> (Value, Value) {
+        let processing = self
+            .post_payment(
+                "pay-async",
+                &json!({"amount": 2000, "currency": "usd", "payment_method": "pm_card_async"}),
+            )
+            .await
+            .json();
+        assert_eq!(processing["status"], "processing");
+        let held = self.post_payment("pay-held", &manual()).await.json();
+        assert_eq!(held["status"], "requires_capture");
+        self.provider_event(
+            "charge.dispute.created",
+            opening("du_early", &processing, 2000),
+        )
+        .await;
+        self.provider_event("charge.dispute.updated", moving("du_early", "under_review"))
+            .await;
+        self.provider_event("charge.dispute.created", opening("du_held", &held, 800))
+            .await;
+        (processing, held)
+    }
+
+    /// The provider's webhook that finishes `payment` (left `processing`) as succeeded.
+    async fn charge_succeeded(&self, payment: &Value) {
+        let charge = json!({
+            "charge_id": payment["provider_charge_id"],
+            "reference": payment["id"],
+            "amount": payment["amount"],
+            "currency": payment["currency"],
+        });
+        let response = self.provider_event("charge.succeeded", charge).await;
+        assert_eq!(response.json()["duplicate"], false);
+    }
+
     async fn all_disputes(&self) -> Vec<Value> {
         let response = self.get("/v1/disputes?limit=100").await;
         assert_eq!(response.status, 200, "{}", response.text());
@@ -24,6 +62,12 @@ impl TestApp {
             .cloned()
             .unwrap_or_default()
     }
+}
+
+/// An authorization of 800.
+fn manual() -> Value {
+    json!({"amount": 800, "currency": "usd", "payment_method": "pm_card_visa",
+        "capture_method": "manual"})
 }
 
 fn moving(provider_dispute_id: &str, status: &str) -> Value {
@@ -255,30 +299,8 @@ async fn dispute_events_for_a_payment_not_final_yet_wait_for_it() {
         s.recovery_interval = Duration::from_millis(50);
     })
     .await;
-    let processing = app
-        .post_payment(
-            "pay-async",
-            &json!({"amount": 2000, "currency": "usd", "payment_method": "pm_card_async"}),
-        )
-        .await
-        .json();
-    assert_eq!(processing["status"], "processing");
-    let manual = json!({"amount": 800, "currency": "usd", "payment_method": "pm_card_visa",
-        "capture_method": "manual"});
-    let held = app.post_payment("pay-held", &manual).await.json();
-    let canceled = app.post_payment("pay-canceled", &manual).await.json();
-    assert_eq!(held["status"], "requires_capture");
-
-    // Out of order: the dispute and its update come before the charge's success.
-    app.provider_event(
-        "charge.dispute.created",
-        opening("du_early", &processing, 2000),
-    )
-    .await;
-    app.provider_event("charge.dispute.updated", moving("du_early", "under_review"))
-        .await;
-    app.provider_event("charge.dispute.created", opening("du_held", &held, 800))
-        .await;
+    let (processing, held) = app.disputed_before_final().await;
+    let canceled = app.post_payment("pay-canceled", &manual()).await.json();
     app.provider_event(
         "charge.dispute.created",
         opening("du_canceled", &canceled, 800),
@@ -289,28 +311,14 @@ async fn dispute_events_for_a_payment_not_final_yet_wait_for_it() {
     })
     .await;
 
-    let charge = json!({
-        "charge_id": processing["provider_charge_id"],
-        "reference": processing["id"],
-        "amount": 2000,
-        "currency": "usd",
-    });
-    let response = app.provider_event("charge.succeeded", charge).await;
-    assert_eq!(response.json()["duplicate"], false);
+    app.charge_succeeded(&processing).await;
     let early = app
         .dispute_when(processing["id"].as_str().unwrap(), "under_review")
         .await;
     assert_eq!(early["amount"], 2000);
 
     let held_id = held["id"].as_str().unwrap();
-    let captured = app
-        .post_json(
-            &format!("/v1/payments/{held_id}/capture"),
-            &app.api_key,
-            Some("capture-held"),
-            &json!({}),
-        )
-        .await;
+    let captured = app.capture(held_id, "capture-held", &json!({})).await;
     assert_eq!(captured.status, 200, "{}", captured.text());
     app.dispute_when(held_id, "needs_response").await;
 
@@ -343,36 +351,12 @@ async fn a_kept_dispute_opens_with_the_capture_of_its_payment() {
         s.recovery_interval = Duration::from_secs(3600);
     })
     .await;
-    let processing = app
-        .post_payment(
-            "pay-async",
-            &json!({"amount": 2000, "currency": "usd", "payment_method": "pm_card_async"}),
-        )
-        .await
-        .json();
-    let manual = json!({"amount": 800, "currency": "usd", "payment_method": "pm_card_visa",
-        "capture_method": "manual"});
-    let held = app.post_payment("pay-held", &manual).await.json();
-    app.provider_event(
-        "charge.dispute.created",
-        opening("du_early", &processing, 2000),
-    )
-    .await;
-    app.provider_event("charge.dispute.updated", moving("du_early", "under_review"))
-        .await;
-    app.provider_event("charge.dispute.created", opening("du_held", &held, 800))
-        .await;
+    let (processing, held) = app.disputed_before_final().await;
     assert!(app.all_disputes().await.is_empty(), "nothing opens yet");
 
     // The webhook that finishes the payment opens its dispute and moves it, at once.
     let id = processing["id"].as_str().unwrap();
-    let charge = json!({
-        "charge_id": processing["provider_charge_id"],
-        "reference": id,
-        "amount": 2000,
-        "currency": "usd",
-    });
-    app.provider_event("charge.succeeded", charge).await;
+    app.charge_succeeded(&processing).await;
     let disputes = app.disputes_of(id).await;
     assert_eq!(disputes.len(), 1, "{disputes:?}");
     assert_eq!(disputes[0]["status"], "under_review");
@@ -399,14 +383,7 @@ async fn a_kept_dispute_opens_with_the_capture_of_its_payment() {
 
     // So does the capture of an authorization.
     let held_id = held["id"].as_str().unwrap();
-    let captured = app
-        .post_json(
-            &format!("/v1/payments/{held_id}/capture"),
-            &app.api_key,
-            Some("capture-held"),
-            &json!({}),
-        )
-        .await;
+    let captured = app.capture(held_id, "capture-held", &json!({})).await;
     assert_eq!(captured.status, 200, "{}", captured.text());
     let disputes = app.disputes_of(held_id).await;
     assert_eq!(disputes.len(), 1, "{disputes:?}");
