@@ -24,8 +24,15 @@ serve_measured "$DB" "$PORT" 0 /tmp/payments-cpu-split.log
 trap 'kill $SERVICE 2>/dev/null || true' EXIT
 wait_ready "$PORT" /tmp/payments-cpu-split.log
 
-# user + system CPU ticks of the given processes (those still alive)
-ticks() { local t=0 p; for p in "$@"; do [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
+# user + system CPU ticks of the given processes (those still alive: one may end between
+# being listed and being read, as a psql's backend does)
+ticks() {
+  local t=0 p v
+  for p in "$@"; do
+    v=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null) && [ -n "$v" ] && t=$((t + v))
+  done
+  echo "$t"
+}
 # busy ticks of the whole machine: user, nice, system, irq, softirq, steal (not idle, iowait)
 machine() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
 per_payment() { awk -v t="$1" -v n="$2" -v hz="$TICK" 'BEGIN { printf "%.0f", (n > 0) ? t / hz * 1e6 / n : 0 }'; }
