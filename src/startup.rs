@@ -335,8 +335,8 @@ fn start_background_tasks(state: &AppState) {
     crate::deliveries::spawn_worker(state);
 }
 
-/// The provider a command (not the server) talks to: over HTTP at `PROVIDER_URL`, or,
-/// without one, a fresh in-process simulator, which has moved no money yet (said on stderr).
+/// The provider a command (not the server) talks to: over HTTP at `PROVIDER_URL`, which must
+/// be set (a command's own in-process simulator would have moved no money).
 pub fn command_provider(settings: &Settings) -> Result<Arc<dyn PaymentProvider>, StartupError> {
     let Some(url) = &settings.provider_url else {
         // A new simulator's report holds no movement: every money move of the window would

@@ -219,14 +219,19 @@ pub fn finish_recorded_all(
                 })
             })
             .collect();
-        // A succeeded payment's money, captured as it succeeded, recorded with its event.
-        let charges: Vec<Posting> = states
+        // The payments this call made succeed: their money was captured as they did.
+        let captured: Vec<&FinalState> = states
             .iter()
             .zip(&finished)
             .filter(|(s, finished)| {
                 **finished && s.row.status == crate::domain::PaymentStatus::Succeeded
             })
-            .map(|(s, _)| {
+            .map(|(s, _)| s)
+            .collect();
+        // Their money, recorded with their events.
+        let charges: Vec<Posting> = captured
+            .iter()
+            .map(|s| {
                 Posting::charge(
                     &s.policy,
                     &s.row.merchant_id,
@@ -239,15 +244,11 @@ pub fn finish_recorded_all(
             .collect();
         events::record_all(conn, &events, &charges)?;
         // Dispute events the provider sent before the charge was final open now, with it.
-        let captured: Vec<(&str, &LedgerPolicy)> = states
+        let kept_for: Vec<(&str, &LedgerPolicy)> = captured
             .iter()
-            .zip(&finished)
-            .filter(|(s, finished)| {
-                **finished && s.row.status == crate::domain::PaymentStatus::Succeeded
-            })
-            .map(|(s, _)| (s.row.id.as_str(), &s.policy))
+            .map(|s| (s.row.id.as_str(), &s.policy))
             .collect();
-        crate::inbound::apply_kept_of_captured(conn, &captured, now())?;
+        crate::inbound::apply_kept_of_captured(conn, &kept_for, now())?;
         Ok(finished)
     })
 }

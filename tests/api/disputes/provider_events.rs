@@ -361,14 +361,7 @@ async fn a_kept_dispute_opens_with_the_capture_of_its_payment() {
     assert_eq!(disputes.len(), 1, "{disputes:?}");
     assert_eq!(disputes[0]["status"], "under_review");
     assert_eq!(app.payment_json(id).await["amount_disputed"], 2000);
-    let refund = app
-        .post_json(
-            &format!("/v1/payments/{id}/refunds"),
-            &app.api_key,
-            Some("refund-disputed"),
-            &json!({}),
-        )
-        .await;
+    let refund = app.post_refund(id, "refund-disputed", &json!({})).await;
     assert_eq!(refund.status, 409, "{}", refund.text());
     assert_eq!(refund.json()["code"], "payment_disputed");
     assert_eq!(
@@ -389,6 +382,20 @@ async fn a_kept_dispute_opens_with_the_capture_of_its_payment() {
     assert_eq!(disputes.len(), 1, "{disputes:?}");
     assert_eq!(disputes[0]["status"], "needs_response");
     assert_eq!(app.payment_json(held_id).await["amount_disputed"], 800);
+
+    // Applied once: the recovery pass finds nothing left, and no money moved back at all.
+    assert_eq!(
+        payments_api::inbound::apply_deferred_disputes(&app.state).await,
+        0
+    );
+    assert_eq!(
+        app.movements(dispute_id).await,
+        vec![("dispute".to_owned(), -2000, DISPUTE_FEE)]
+    );
+    assert!(
+        app.provider_refunds().is_empty(),
+        "no refund reached the provider"
+    );
 }
 
 /// While the provider's opening of a dispute is kept (its payment was not final when it
@@ -414,18 +421,17 @@ async fn a_payment_with_a_kept_dispute_opening_is_not_refunded() {
         .await
         .expect("the kept opening");
     let refund = app
-        .post_json(
-            &format!("/v1/payments/{id}/refunds"),
-            &app.api_key,
-            Some("refund-kept"),
-            &json!({"amount": 500}),
-        )
+        .post_refund(&id, "refund-kept", &json!({"amount": 500}))
         .await;
     assert_eq!(refund.status, 409, "{}", refund.text());
     assert_eq!(refund.json()["code"], "payment_disputed");
     assert_eq!(
         app.movements(&id).await,
         vec![("charge".to_owned(), 2000, 88)]
+    );
+    assert!(
+        app.provider_refunds().is_empty(),
+        "no refund reached the provider"
     );
 
     // Once applied, the dispute is open: refunds still wait, now for it.
