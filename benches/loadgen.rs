@@ -1,13 +1,14 @@
 //! Load generator for `scripts/bench.sh`: drives a running payments-api over HTTP and prints,
 //! per scenario, requests/s, p50, p99 and the non-2xx count.
 //!
-//!   cargo bench --bench loadgen -- --url URL[,URL…] --key KEY[,KEY…] --scenario new|replay|storm
+//!   cargo bench --bench loadgen -- --url URL[,URL…] --key KEY[,KEY…] --scenario new|replay|live|storm
 //!       [--connections 64] [--seconds 10] [--storm 500] [--replay-keys 1000] [--threads 2]
 //!
 //! With several URLs (instances of one service on one database) the connections are spread
 //! round robin over them. With several API keys (of different merchants), `new` spreads its
-//! payments round robin over them; `replay` and `storm` use the first. `storm` sends `--storm` requests with one idempotency key, at most
-//! `--connections` at a time.
+//! payments round robin over them; the other scenarios use the first. `live` sends the replay's
+//! headers to `GET /health/live`, the floor of what any request costs the service. `storm`
+//! sends `--storm` requests with one idempotency key, at most `--connections` at a time.
 //!
 //! Each connection is a keep-alive HTTP/1.1 connection of its own, driven by its own task,
 //! and speaks only what these requests need (a POST with a fixed body; answers with a
@@ -137,8 +138,6 @@ impl Samples {
     }
 }
 
-const BODY: &str = r#"{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}"#;
-
 /// One keep-alive connection to one instance; reconnects after an error.
 ///
 /// Its work per request is kept to what wrk does, since it shares the cores with the
@@ -213,15 +212,24 @@ impl Connection {
         };
         self.sent += 1;
         self.request.clear();
+        let (line, content_type, end) = if args.scenario == "live" {
+            ("GET /health/live HTTP/1.1\r\nHost: ", "", "\r\n\r\n")
+        } else {
+            (
+                "POST /v1/payments HTTP/1.1\r\nHost: ",
+                "\r\nContent-Type: application/json",
+                REQUEST_END,
+            )
+        };
         for part in [
-            "POST /v1/payments HTTP/1.1\r\nHost: ",
+            line,
             self.addr,
             "\r\nAuthorization: Bearer ",
             api_key,
-            "\r\nContent-Type: application/json\r\nIdempotency-Key: ",
+            content_type,
+            "\r\nIdempotency-Key: ",
             key,
-            CONTENT_LENGTH,
-            BODY,
+            end,
         ] {
             self.request.extend_from_slice(part.as_bytes());
         }
@@ -278,9 +286,18 @@ impl Connection {
     }
 }
 
-/// The request's last header, the body's length, and the blank line before the body.
-const CONTENT_LENGTH: &str = concat!("\r\nContent-Length: ", 69, "\r\n\r\n");
-const _: () = assert!(BODY.len() == 69, "CONTENT_LENGTH states the body's length");
+/// The request's last header, the body's length, the blank line before the body, and the
+/// body.
+const REQUEST_END: &str = concat!(
+    "\r\nContent-Length: ",
+    69,
+    "\r\n\r\n",
+    r#"{"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa"}"#
+);
+const _: () = assert!(
+    REQUEST_END.len() == "\r\nContent-Length: 69\r\n\r\n".len() + 69,
+    "the Content-Length states the body's length"
+);
 
 /// The head of the answer at the start of `bytes`, once all of it is there: its status, where
 /// its body is (by Content-Length, which every answer here has) and whether the server
@@ -463,6 +480,14 @@ fn run(args: &'static Args) -> Result<(), String> {
             }));
             let (samples, elapsed) = closed_loop(args, key_of);
             samples.report("replay", elapsed);
+        }
+        "live" => {
+            // The replay's headers sent to `GET /health/live`: what this service's HTTP stack
+            // (actix-http, the middleware, a handler that answers a constant) costs a request,
+            // the most that any answer it serves could reach.
+            let key_of = Box::leak(Box::new(|_: usize, _: u64| Cow::Borrowed("live")));
+            let (samples, elapsed) = closed_loop(args, key_of);
+            samples.report("live", elapsed);
         }
         "storm" => {
             let key: &'static str = format!("storm-{run_id}").leak();

@@ -10,7 +10,8 @@
 # per iteration. Prints numbers; asserts nothing.
 # Usage: scripts/instructions.sh       (SECONDS_PER_RUN=15 CONNECTIONS=64 TOP=25 by default;
 #                                       BIN=path/to/payments-api to count another build;
-#                                       ONLY=new or ONLY=replay to count one scenario;
+#                                       ONLY=new or ONLY=replay to count one scenario,
+#                                       ONLY=live the floor: GET /health/live;
 #                                       ONLY=loadgen counts the load generator's own
 #                                       instructions per replay instead, the service
 #                                       running natively)
@@ -91,3 +92,5 @@ fi
 echo "== instructions per request in the service, $CONNECTIONS connections, ${SECONDS_PER_RUN}s counted"
 [ -n "${ONLY:-}" ] && [ "$ONLY" != new ] || count new
 [ -n "${ONLY:-}" ] && [ "$ONLY" != replay ] || count replay
+# The floor: the replay's headers to GET /health/live (only when asked for).
+[ "${ONLY:-}" != live ] || count live

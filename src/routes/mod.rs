@@ -249,26 +249,68 @@ pub const ROUTES: &[Route] = &[
 pub fn configure(cfg: &mut web::ServiceConfig) {
     // One resource per path, holding every method of that path (a GET route answers HEAD
     // too); another method is no route of ours: 404 `not_found`, as docs/api.md says.
-    let mut paths: Vec<&'static str> = Vec::new();
+    //
+    // The paths of one collection (`/v1/payments`, `/v1/payments/{id}/capture`, …) are
+    // served by one scope. actix tries a request's path against each resource in turn, a
+    // template with a parameter by a regular expression (about 1 700 instructions a try):
+    // served flat, `GET /health/live` tried every template of the API first, 23k of its
+    // 51k instructions. A scope's prefix is static text, compared as such, so a request now
+    // tries the templates of its own collection only.
+    let mut scopes: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+    let mut outside: Vec<&'static str> = Vec::new();
     for route in ROUTES {
+        let paths = match collection(route.path) {
+            Some(prefix) => {
+                let at = scopes
+                    .iter()
+                    .position(|(p, _)| *p == prefix)
+                    .unwrap_or_else(|| {
+                        scopes.push((prefix, Vec::new()));
+                        scopes.len() - 1
+                    });
+                &mut scopes[at].1
+            }
+            None => &mut outside,
+        };
         if !paths.contains(&route.path) {
             paths.push(route.path);
         }
     }
-    for path in paths {
-        let mut resource = web::resource(path);
-        for route in ROUTES.iter().filter(|r| r.path == path) {
-            let handler = (route.handler)();
-            resource = resource.route(if route.method == Method::GET {
-                handler.guard(get_or_head())
-            } else {
-                handler.method(route.method.clone())
-            });
-        }
-        cfg.service(resource.default_service(web::to(not_found)));
+    for (prefix, paths) in scopes {
+        let scope = paths.into_iter().fold(web::scope(prefix), |scope, path| {
+            scope.service(resource(path, &path[prefix.len()..]))
+        });
+        cfg.service(scope.default_service(web::to(not_found)));
+    }
+    for path in outside {
+        cfg.service(resource(path, path));
     }
     // The docs page's own files (HTML, JS, CSS, embedded in the binary).
     cfg.service(ops::swagger_ui());
+}
+
+/// The resource serving every route of `path` at `template` (`path` within its scope).
+fn resource(path: &'static str, template: &'static str) -> actix_web::Resource {
+    let mut resource = web::resource(template);
+    for route in ROUTES.iter().filter(|r| r.path == path) {
+        let handler = (route.handler)();
+        resource = resource.route(if route.method == Method::GET {
+            handler.guard(get_or_head())
+        } else {
+            handler.method(route.method.clone())
+        });
+    }
+    resource.default_service(web::to(not_found))
+}
+
+/// The collection of an API path, the scope that serves it: `/v1/payments` for
+/// `/v1/payments` and `/v1/payments/{id}/refunds`; none for a path outside `/v1/`.
+fn collection(path: &'static str) -> Option<&'static str> {
+    let rest = path.strip_prefix("/v1/")?;
+    Some(match rest.find('/') {
+        Some(end) => &path[.."/v1/".len() + end],
+        None => path,
+    })
 }
 
 /// What a GET route of ours (the API's and the dashboard's pages) answers: GET, and HEAD,
