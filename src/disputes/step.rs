@@ -15,6 +15,7 @@ use crate::domain::{
 };
 use crate::error::ApiError;
 use crate::idempotency::{Answer, idempotent_record};
+use crate::operations::Settled;
 use crate::operations::keyed::Refusal;
 use crate::operations::{self, Called, Claimed, Lease, Operation};
 use crate::provider::{DisputeState, DisputeStepRequest, OutcomeUnknown, ProviderError};
@@ -107,7 +108,7 @@ impl Operation for DisputeStep {
         outcome: &StepOutcome,
         request: Option<&RequestRef>,
         _: &Settings,
-    ) -> diesel::QueryResult<DisputeStepRow> {
+    ) -> diesel::QueryResult<Settled<DisputeStepRow>> {
         finish_step(conn, row, outcome, request)
     }
 
@@ -279,13 +280,16 @@ fn finish_step(
     row: &DisputeStepRow,
     outcome: &StepOutcome,
     request: Option<&RequestRef>,
-) -> diesel::QueryResult<DisputeStepRow> {
+) -> diesel::QueryResult<Settled<DisputeStepRow>> {
     use diesel::Connection;
     conn.transaction(|conn| {
         let at = now();
         // Write first: it is the guard, and on SQLite it takes the write lock before any read.
         if !steps::lock_unfinished(conn, &row.id, at)? {
-            return steps::find_by_id(conn, &row.id)?.ok_or(diesel::result::Error::NotFound);
+            let theirs = steps::find_by_id(conn, &row.id)?;
+            return Ok(Settled::AlreadyFinal(
+                theirs.ok_or(diesel::result::Error::NotFound)?,
+            ));
         }
         let mut step = row.clone();
         let answer = match outcome {
@@ -322,6 +326,6 @@ fn finish_step(
         if !steps::finish(conn, &step)? {
             return Err(diesel::result::Error::RollbackTransaction);
         }
-        Ok(step)
+        Ok(Settled::Applied(step))
     })
 }

@@ -89,7 +89,12 @@ impl AsRef<[u8]> for SharedBody {
     }
 }
 
-/// Names one idempotency scope: a merchant's key on one kind of request.
+/// Names one idempotency scope: a merchant's key on one kind of request. The parts are
+/// ASCII (a key is visible ASCII), so the separator, which is not, cannot be part of one;
+/// unlike a NUL, it prints in a log line.
 pub fn scope_key(resource: &str, merchant_id: &str, idempotency_key: &str) -> String {
-    [resource, "\u{0}", merchant_id, "\u{0}", idempotency_key].concat()
+    [resource, SEPARATOR, merchant_id, SEPARATOR, idempotency_key].concat()
 }
+
+/// Between the parts of a [`scope_key`].
+pub const SEPARATOR: &str = " \u{b7} ";

@@ -17,6 +17,10 @@ pub enum Followed<R> {
     /// Nobody owned the record and this request took it over with this lease token:
     /// it must now drive the work itself.
     TakenOver(R, String),
+    /// The request it waited on, in another instance, gave its lease up unfinished: it
+    /// answered 202 (outcome unknown), and so does this duplicate, with the record as it
+    /// is, as the duplicates waiting in that instance do.
+    GivenUp(R),
 }
 
 /// Counts what a duplicate was told (replay or in use), for the metrics.
@@ -35,6 +39,9 @@ pub fn observe<R>(resource: &'static str, followed: &Result<Followed<R>, crate::
 
 /// A duplicate of an existing record: replay it if final, take it over if nobody owns it,
 /// otherwise wait up to `wait` for the request that owns it, then 409 with `Retry-After`.
+/// If that request gives its lease up unfinished (it answered 202), the duplicate answers
+/// 202 too ([`Followed::GivenUp`]) rather than take the record over: only a retry sent
+/// after the 202 resumes it. A lease that ran out (its holder died) is taken over.
 ///
 /// `take_over(row, token)` tries to take a free lease (a guarded update; true if won);
 /// `reload(row)` reads the record again.
@@ -54,9 +61,14 @@ where
 {
     let deadline = Instant::now() + wait;
     let mut polling = None;
+    // Whether this duplicate has found the record owned, and so waits on its owner.
+    let mut waited = false;
     loop {
         if let Some(answer) = row.stored_answer() {
             return Ok(Followed::Answer(answer.replayed()));
+        }
+        if waited && row.lease_expires_at().is_none() {
+            return Ok(Followed::GivenUp(row));
         }
         if row.lease_is_free(now()) {
             let token = new_lease_token();
@@ -65,6 +77,7 @@ where
                 return Ok(Followed::TakenOver(row, token));
             }
         }
+        waited = true;
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(ApiError::IdempotencyKeyInUse {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use futures_util::future::Either;
 
 use super::operation::{Called, Claimed, Operation};
+use super::settle::Settled;
 use crate::db::DbError;
 use crate::db::lease::Leased;
 use crate::domain::RequestRef;
@@ -116,7 +117,15 @@ async fn claim_or_follow<O: Operation>(
             metrics::idempotency(resource, IdempotencyOutcome::Created);
             tracing::info!(id = %row.record_id(), "{resource} claimed");
             let token = row.lease_token().unwrap_or_default().to_owned();
-            Either::Left(drive_detached::<O>(state, row, token, call, request))
+            let driven = drive_detached::<O>(state, row, token, call, request);
+            // The request that claimed the key is the first to answer it, even if another
+            // path (a webhook) stored its final answer first: no replay to it.
+            Either::Left(async move {
+                driven.await.map(|answer| Answer {
+                    replayed: false,
+                    ..answer
+                })
+            })
         }
         Ok(Claimed::Answered(answer)) => {
             metrics::idempotency(resource, IdempotencyOutcome::Created);
@@ -191,6 +200,13 @@ async fn follow_existing<O: Operation>(
         Followed::Answer(answer) => Ok(answer),
         Followed::TakenOver(row, token) => {
             Box::pin(resume_owned::<O>(state, row, token, request)).await
+        }
+        Followed::GivenUp(row) => {
+            let body = state
+                .db
+                .run(move |conn| O::render_unfinished(conn, &row))
+                .await?;
+            Ok(Answer::new(202, body))
         }
     }
 }
@@ -289,7 +305,9 @@ async fn drive<O: Operation>(
 }
 
 /// Records a final provider answer. If another path (a webhook, another instance) finished
-/// the row first, its stored answer is the answer.
+/// the row first, its stored answer is the answer, marked as a replay: to a duplicate that
+/// took the row over, the first final answer was that path's (the request that claimed the
+/// key answers it unmarked, see [`drive`]).
 fn finish<O: Operation>(
     state: &AppState,
     row: O::Row,
@@ -298,11 +316,16 @@ fn finish<O: Operation>(
 ) -> impl Future<Output = Result<Answer, ApiError>> + 'static {
     let state = state.clone();
     async move {
-        let finished = O::run_finish(&state, row, outcome, request).await?;
-        tracing::info!(id = %finished.record_id(), "{} finished", O::resource(&finished));
-        finished
+        let (finished, ours) = match O::run_finish(&state, row, outcome, request).await? {
+            Settled::Applied(row) => (row, true),
+            Settled::AlreadyFinal(row) => (row, false),
+            Settled::Unknown => return Err(ApiError::internal("operation row vanished")),
+        };
+        tracing::info!(id = %finished.record_id(), here = ours, "{} finished", O::resource(&finished));
+        let answer = finished
             .stored_answer()
-            .ok_or_else(|| ApiError::internal("operation not final after finishing"))
+            .ok_or_else(|| ApiError::internal("operation not final after finishing"))?;
+        Ok(if ours { answer } else { answer.replayed() })
     }
 }
 
@@ -322,11 +345,14 @@ async fn release<O: Operation>(
         .run(move |conn| {
             let ours = row.release(conn, &token, provider_ref.as_deref(), now())?;
             let body = O::render_unfinished(conn, &row)?;
-            // Not ours: someone else had the row meanwhile, and may have finished it.
+            // Not ours: someone else had the row meanwhile, and may have finished it (a
+            // replay, as in `finish`).
             let finished = if ours {
                 None
             } else {
-                row.reload(conn)?.and_then(|now| now.stored_answer())
+                row.reload(conn)?
+                    .and_then(|now| now.stored_answer())
+                    .map(Answer::replayed)
             };
             Ok(finished.unwrap_or_else(|| Answer::new(202, body)))
         })

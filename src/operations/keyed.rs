@@ -13,6 +13,7 @@ use std::convert::Infallible;
 use std::marker::PhantomData;
 
 use super::operation::{Called, Claimed, Operation};
+use super::settle::Settled;
 use crate::auth::Merchant;
 use crate::config::Settings;
 use crate::db::DbConnection;
@@ -21,7 +22,7 @@ use crate::db::lease::Leased;
 use crate::domain::RequestRef;
 use crate::domain::{IdempotencyKey, Timestamp, now};
 use crate::error::ApiError;
-use crate::idempotency::{Answer, IdempotentRecord, scope_key};
+use crate::idempotency::{Answer, IdempotentRecord, SEPARATOR, scope_key};
 use crate::provider::OutcomeUnknown;
 use crate::state::AppState;
 
@@ -65,7 +66,7 @@ impl<W> KeyClaim<W> {
         let name = scope_key(
             scope,
             &row.merchant_id,
-            &format!("{}\u{0}{}", row.scope, row.idempotency_key),
+            &[&row.scope, SEPARATOR, &row.idempotency_key].concat(),
         );
         Self {
             row,
@@ -259,7 +260,7 @@ impl<W: DbWork> Operation for WriteOnce<W> {
         outcome: &Infallible,
         _: Option<&RequestRef>,
         _settings: &Settings,
-    ) -> diesel::QueryResult<KeyClaim<W>> {
+    ) -> diesel::QueryResult<Settled<KeyClaim<W>>> {
         match *outcome {}
     }
 

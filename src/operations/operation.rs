@@ -6,6 +6,7 @@ use crate::db::{DbConnection, DbError};
 use crate::domain::{Timestamp, new_lease_token, now};
 use crate::error::ApiError;
 use crate::idempotency::{Answer, IdempotentRecord};
+use crate::operations::Settled;
 use crate::provider::OutcomeUnknown;
 use crate::state::AppState;
 
@@ -118,7 +119,7 @@ pub trait Operation: 'static {
         row: Self::Row,
         outcome: Self::Outcome,
         request: Option<RequestRef>,
-    ) -> Result<Self::Row, DbError> {
+    ) -> Result<Settled<Self::Row>, DbError> {
         let settings = state.settings.clone();
         state
             .db
@@ -145,15 +146,16 @@ pub trait Operation: 'static {
 
     /// Records a final outcome in one transaction, guarded by the row still being
     /// unfinished, with the answer every retry replays, and the money it moved posted to
-    /// the ledger by the settings' policy. Returns the row as it is after: finished by this
-    /// call, or by whoever was first (its answer stands).
+    /// the ledger by the settings' policy. Returns the row as it is after:
+    /// [`Settled::Applied`] if this call finished it, [`Settled::AlreadyFinal`] if whoever
+    /// was first did (its answer stands).
     fn finish(
         conn: &mut DbConnection,
         row: &Self::Row,
         outcome: &Self::Outcome,
         request: Option<&RequestRef>,
         settings: &Settings,
-    ) -> diesel::QueryResult<Self::Row>;
+    ) -> diesel::QueryResult<Settled<Self::Row>>;
 
     /// The body of the 202 answered while the outcome is unknown: the object as it is.
     fn render_unfinished(conn: &mut DbConnection, row: &Self::Row) -> diesel::QueryResult<String>;

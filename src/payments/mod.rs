@@ -26,7 +26,7 @@ use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, Sent, idempotent_record};
 use crate::ledger::Posting;
-use crate::operations::{self, Called, Claimed, Lease, Operation};
+use crate::operations::{self, Called, Claimed, Lease, Operation, Settled};
 use crate::provider::{
     Charge, ChargeRequest, OutcomeUnknown, PROVIDER_REFUSED, ProviderError, ProviderStatus,
 };
@@ -85,7 +85,7 @@ impl Operation for CreatePayment {
         row: PaymentRow,
         charge: Charged,
         request: Option<RequestRef>,
-    ) -> Result<PaymentRow, DbError> {
+    ) -> Result<Settled<PaymentRow>, DbError> {
         let (finished, body) = final_state(row, charge, now())
             .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
         let final_state = FinalState {
@@ -95,14 +95,17 @@ impl Operation for CreatePayment {
             policy: state.settings.ledger,
         };
         if state.payment_writes.finishes.submit(final_state).await? {
-            return Ok(finished);
+            return Ok(Settled::Applied(finished));
         }
         // Someone else (a webhook, another instance) finished it first: theirs stands.
         let id = finished.id;
-        state
+        let theirs = state
             .db
-            .run(move |conn| rows::find_by_id(conn, &id)?.ok_or(diesel::result::Error::NotFound))
-            .await
+            .run(move |conn| rows::find_by_id(conn, &id))
+            .await?;
+        Ok(Settled::AlreadyFinal(
+            theirs.ok_or(diesel::result::Error::NotFound)?,
+        ))
     }
 
     fn find_by_key(
@@ -144,14 +147,17 @@ impl Operation for CreatePayment {
         charge: &Charged,
         request: Option<&RequestRef>,
         settings: &Settings,
-    ) -> diesel::QueryResult<PaymentRow> {
+    ) -> diesel::QueryResult<Settled<PaymentRow>> {
         let (finished, body) = final_state(row.clone(), charge.clone(), now())
             .map_err(|e| diesel::result::Error::SerializationError(Box::new(e)))?;
         if finish_recorded(conn, &finished, &body, request, &settings.ledger)? {
-            return Ok(finished);
+            return Ok(Settled::Applied(finished));
         }
         // Someone else (a webhook, another instance) finished it first: theirs stands.
-        rows::find_by_id(conn, &finished.id)?.ok_or(diesel::result::Error::NotFound)
+        let theirs = rows::find_by_id(conn, &finished.id)?;
+        Ok(Settled::AlreadyFinal(
+            theirs.ok_or(diesel::result::Error::NotFound)?,
+        ))
     }
 
     /// While its outcome is unknown, a payment answers 202 with itself, `processing`.

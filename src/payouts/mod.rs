@@ -231,10 +231,10 @@ impl Operation for CreatePayout {
         outcome: &PayoutOutcome,
         request: Option<&RequestRef>,
         _: &Settings,
-    ) -> diesel::QueryResult<PayoutRow> {
+    ) -> diesel::QueryResult<Settled<PayoutRow>> {
         match apply_payout_outcome(conn, &row.id, outcome, request)? {
-            Settled::Applied(row) | Settled::AlreadyFinal(row) => Ok(row),
             Settled::Unknown => Err(diesel::result::Error::NotFound),
+            settled => Ok(settled),
         }
     }
 

@@ -244,10 +244,10 @@ impl Operation for CreateRefund {
         outcome: &RefundOutcome,
         request: Option<&RequestRef>,
         _settings: &Settings,
-    ) -> diesel::QueryResult<RefundRow> {
+    ) -> diesel::QueryResult<Settled<RefundRow>> {
         match apply_refund_outcome(conn, &row.id, outcome, request)? {
-            Settled::Applied(row) | Settled::AlreadyFinal(row) => Ok(row),
             Settled::Unknown => Err(diesel::result::Error::NotFound),
+            settled => Ok(settled),
         }
     }
 

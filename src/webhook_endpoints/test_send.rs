@@ -19,6 +19,7 @@ use crate::domain::{EndpointId, EventId, IdempotencyKey, new_lease_token, now, s
 use crate::error::ApiError;
 use crate::events::{self, TEST_EVENT_TYPE};
 use crate::idempotency::Answer;
+use crate::operations::Settled;
 use crate::operations::keyed::KeyClaim;
 use crate::operations::{self, Called, Claimed, Operation};
 use crate::provider::OutcomeUnknown;
@@ -105,10 +106,15 @@ impl Operation for SendTest {
         answer: &Answer,
         _: Option<&RequestRef>,
         _settings: &Settings,
-    ) -> diesel::QueryResult<KeyClaim<TestSend>> {
-        row.store(conn, answer)?;
+    ) -> diesel::QueryResult<Settled<KeyClaim<TestSend>>> {
+        let ours = row.store(conn, answer)?;
         // Stored by this request, or by one that took the key over meanwhile: theirs stands.
-        row.find(conn)?.ok_or(diesel::result::Error::NotFound)
+        let stored = row.find(conn)?.ok_or(diesel::result::Error::NotFound)?;
+        Ok(if ours {
+            Settled::Applied(stored)
+        } else {
+            Settled::AlreadyFinal(stored)
+        })
     }
 
     fn render_unfinished(

@@ -289,13 +289,7 @@ async fn duplicates_of_a_key_claimed_by_another_instance_share_one_poller_per_in
 
     let first = a.post_payment("poll-storm", &body);
     let duplicates = async {
-        // Once A's claim is stored, every duplicate on B follows a request of another
-        // instance: only by reading the row can B learn its answer.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while b.payment_rows().await == 0 {
-            assert!(Instant::now() < deadline, "A never claimed the key");
-            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
-        }
+        claimed_in_the_database(b).await;
         let polls_before = b.state.inflight.polls();
         let responses = join_all((0..100).map(|_| b.post_payment("poll-storm", &body))).await;
         (responses, b.state.inflight.polls() - polls_before)
@@ -321,6 +315,101 @@ async fn duplicates_of_a_key_claimed_by_another_instance_share_one_poller_per_in
         polls < 1000,
         "{polls} reads of one row: the duplicates polled one by one"
     );
+}
+
+/// Waits until the key's claim is stored: from then on a duplicate sent to an instance that
+/// did not claim it can learn its outcome only from the database.
+async fn claimed_in_the_database(app: &crate::support::TestApp) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while app.payment_rows().await == 0 {
+        assert!(Instant::now() < deadline, "the key was never claimed");
+        actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[actix_web::test]
+async fn duplicates_waiting_in_another_instance_answer_202_when_the_request_gives_up() {
+    let provider = spawn_provider().await;
+    // The first charge moves the money and is never answered: A times out and answers 202.
+    provider.faults.drop_next.store(1, Ordering::SeqCst);
+    let (apps, _database) = spawn_cluster(2, &provider, |s| {
+        s.bootstrap_api_key = Some("sk_test_cluster_given_up_0001".to_owned());
+        s.provider_max_attempts = 1;
+        s.provider_timeout = Duration::from_millis(1000);
+        s.idempotency_wait = Duration::from_secs(30);
+        s.processing_lease = Duration::from_secs(600);
+        s.recovery_interval = Duration::from_secs(600);
+    })
+    .await;
+    let (a, b) = (&apps[0], &apps[1]);
+    let body = visa(4300);
+
+    let first = a.post_payment("given-up", &body);
+    let duplicates = async {
+        claimed_in_the_database(b).await;
+        join_all((0..10).map(|_| b.post_payment("given-up", &body))).await
+    };
+    let (first, duplicates) = futures_util::future::join(first, duplicates).await;
+
+    assert_eq!(first.status, 202, "{}", first.text());
+    for duplicate in &duplicates {
+        // As the duplicates waiting in A's own instance would: the outcome is unknown.
+        assert_eq!(duplicate.status, 202, "{}", duplicate.text());
+        assert_eq!(duplicate.json()["id"], first.json()["id"]);
+        assert_eq!(duplicate.json()["status"], "processing");
+        assert_eq!(duplicate.header("idempotent-replayed"), None);
+    }
+    assert_eq!(
+        provider.faults.http_calls.load(Ordering::SeqCst),
+        1,
+        "no waiting duplicate took the payment over"
+    );
+    // A retry sent after the 202 takes it over at once, with the same provider key.
+    let retry = b.post_payment("given-up", &body).await;
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(retry.json()["status"], "succeeded");
+    assert_eq!(provider.simulator.charges().len(), 1);
+    assert_eq!(b.payment_rows().await, 1);
+}
+
+#[actix_web::test]
+async fn a_duplicate_that_took_over_an_expired_lease_replays_the_answer_stored_before_its_own() {
+    let provider = spawn_provider().await;
+    // A's charge outlives its lease: a duplicate on B takes the payment over and asks the
+    // provider again (same key, same charge), and A's answer is stored first.
+    provider.faults.latency_ms.store(2500, Ordering::SeqCst);
+    let (apps, _database) = spawn_cluster(2, &provider, |s| {
+        s.bootstrap_api_key = Some("sk_test_cluster_took_over_0001".to_owned());
+        s.processing_lease = Duration::from_millis(1000);
+        s.provider_timeout = Duration::from_secs(10);
+        s.idempotency_wait = Duration::from_secs(30);
+        s.recovery_interval = Duration::from_secs(600);
+    })
+    .await;
+    let (a, b) = (&apps[0], &apps[1]);
+    let body = visa(4400);
+
+    let first = a.post_payment("took-over", &body);
+    let duplicate = async {
+        claimed_in_the_database(b).await;
+        b.post_payment("took-over", &body).await
+    };
+    let (first, duplicate) = futures_util::future::join(first, duplicate).await;
+
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert_eq!(first.header("idempotent-replayed"), None);
+    assert_eq!(
+        provider.simulator.charge_calls(),
+        2,
+        "the duplicate took the payment over and asked the provider again"
+    );
+    assert_eq!(duplicate.status, 201, "{}", duplicate.text());
+    assert_eq!(
+        duplicate.body, first.body,
+        "the first final answer, byte for byte"
+    );
+    assert_eq!(duplicate.header("idempotent-replayed"), Some("true"));
+    assert_eq!(provider.simulator.charges().len(), 1);
 }
 
 #[actix_web::test]

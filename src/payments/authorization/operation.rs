@@ -12,7 +12,7 @@ use crate::error::ApiError;
 use crate::events::{self, EventType, NewEvent};
 use crate::idempotency::{Answer, idempotent_record};
 use crate::ledger::{self, Posting};
-use crate::operations::{Called, Claimed, Lease, Operation};
+use crate::operations::{Called, Claimed, Lease, Operation, Settled};
 use crate::payments::view;
 use crate::provider::{
     CaptureRequest, ChargeUpdate, OutcomeUnknown, ProviderError, ProviderStatus,
@@ -110,7 +110,7 @@ impl Operation for CaptureOrCancel {
         outcome: &CaptureOutcome,
         request: Option<&RequestRef>,
         settings: &Settings,
-    ) -> diesel::QueryResult<CaptureRow> {
+    ) -> diesel::QueryResult<Settled<CaptureRow>> {
         finish_operation(conn, row, outcome, request, &settings.ledger)
     }
 
@@ -217,13 +217,14 @@ fn finish_operation(
     outcome: &CaptureOutcome,
     request: Option<&RequestRef>,
     policy: &LedgerPolicy,
-) -> diesel::QueryResult<CaptureRow> {
+) -> diesel::QueryResult<Settled<CaptureRow>> {
     use diesel::Connection;
     conn.transaction(|conn| {
         let at = now();
         // Write first: it is the guard, and on SQLite it takes the write lock before any read.
         if !rows::lock_unfinished(conn, &row.id, at)? {
-            return rows::find_by_id(conn, &row.id)?.ok_or(diesel::result::Error::NotFound);
+            let theirs = rows::find_by_id(conn, &row.id)?;
+            return Ok(Settled::AlreadyFinal(theirs.ok_or(diesel::result::Error::NotFound)?));
         }
         let mut op = row.clone();
         let capture = op.kind == CAPTURE;
@@ -322,7 +323,7 @@ fn finish_operation(
         if !rows::finish(conn, &op)? {
             return Err(diesel::result::Error::RollbackTransaction);
         }
-        Ok(op)
+        Ok(Settled::Applied(op))
     })
 }
 
