@@ -144,14 +144,33 @@ pub fn load_dotenv() -> Result<(), String> {
 }
 
 impl Settings {
+    /// A value that is not UTF-8 is a bad value, named as the others are, not an unset one
+    /// (which would start the service on the default in its place).
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        let not_utf8 = std::cell::Cell::new(None);
+        let settings = Self::from_lookup(|name| match std::env::var(name) {
+            Ok(value) => Some(value),
+            Err(std::env::VarError::NotPresent) => None,
+            Err(std::env::VarError::NotUnicode(_)) => {
+                not_utf8.set(not_utf8.get().or(Some(name)));
+                None
+            }
+        });
+        match not_utf8.get() {
+            Some(name) => Err(ConfigError::new(
+                name,
+                "expected UTF-8 text, got other bytes",
+            )),
+            None => settings,
+        }
     }
 
     /// Reads settings through `lookup`, so tests can check validation without touching
     /// the process environment.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+    pub fn from_lookup(
+        lookup: impl Fn(&'static str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let get = |name: &'static str| lookup(name).filter(|v| !v.trim().is_empty());
         let millis =
             |name: &'static str, default: u64, min: u64| -> Result<Duration, ConfigError> {
                 match get(name) {

@@ -11,8 +11,17 @@ use payments_api::provider::sim::{RetryPolicy, Simulator, WebhookDelivery};
 use payments_api::signing::WebhookSecret;
 use payments_api::telemetry;
 
+/// A setting's value (none: unset or blank). One that is not UTF-8 is a bad value, which
+/// stops the start like the others, rather than an unset one.
 fn setting(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+    match std::env::var(name) {
+        Ok(value) => Some(value).filter(|v| !v.trim().is_empty()),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => {
+            eprintln!("provider-sim: invalid value for {name}: expected UTF-8 text");
+            std::process::exit(2)
+        }
+    }
 }
 
 fn rate(name: &'static str) -> Result<u32, String> {

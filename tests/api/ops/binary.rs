@@ -229,6 +229,34 @@ async fn a_bad_setting_stops_the_start_and_names_the_variable() {
     assert!(stderr.contains("PROVIDER_TIMEOUT_MS"), "{stderr}");
     assert!(stderr.contains("soon"), "{stderr}");
 
+    // A value that is not UTF-8 is a bad value too, not an unset one: `migrate` would
+    // otherwise migrate the default database in its place and say it had.
+    let folder = std::env::temp_dir().join(format!("not-utf8-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).expect("a folder");
+    for (name, value) in [
+        ("DATABASE_URL", &b"sqlite://elsewhere.db\xff"[..]),
+        ("RATE_LIMIT_PER_SECOND", &b"2\xff"[..]),
+        ("WEBHOOK_SECRETS", &b"whsec_\xff"[..]),
+    ] {
+        use std::os::unix::ffi::OsStrExt;
+        let output = Command::new(env!("CARGO_BIN_EXE_payments-api"))
+            .current_dir(&folder)
+            .env_clear()
+            .env(name, std::ffi::OsStr::from_bytes(value))
+            .arg("migrate")
+            .stdin(Stdio::null())
+            .output()
+            .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{name}: {stderr}");
+        assert!(stderr.contains(name), "{stderr}");
+        assert!(
+            !folder.join("data").exists(),
+            "{name}: the default database was made"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&folder);
+
     // A .env file that cannot be read is not used in part: it stops the start too.
     let folder = std::env::temp_dir().join(format!("dotenv-{}", std::process::id()));
     std::fs::create_dir_all(&folder).expect("a folder");
@@ -379,4 +407,20 @@ async fn provider_sim_has_help_and_a_bad_setting_stops_it() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(name), "{stderr}");
     }
+    // Nor is a value that is not UTF-8 taken for an unset one.
+    use std::os::unix::ffi::OsStrExt;
+    let output = Command::new(env!("CARGO_BIN_EXE_provider-sim"))
+        .current_dir(std::env::temp_dir())
+        .env_clear()
+        .env("PROVIDER_SIM_BIND", "nowhere")
+        .env(
+            "PROVIDER_FAIL_RATE",
+            std::ffi::OsStr::from_bytes(b"0.5\xff"),
+        )
+        .stdin(Stdio::null())
+        .output()
+        .expect("the binary runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("PROVIDER_FAIL_RATE"), "{stderr}");
 }
