@@ -101,8 +101,8 @@ enum ApiKeysCommand {
     ///
     /// Tab-separated fields: id, merchant, label ("-" when none), created (UTC), the key's
     /// last 4 characters ("????" for keys created before keys had ids: only their hash was
-    /// ever stored), and "active" or "revoked <time>". A header line is printed only when
-    /// stdout is a terminal.
+    /// ever stored), and "active", or "revoked" and the time it was revoked. A header line is
+    /// printed only when stdout is a terminal.
     List {
         /// Only this merchant's keys (an unknown merchant is an error).
         #[arg(long, value_name = "NAME", value_parser = merchant_name)]

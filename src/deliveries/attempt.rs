@@ -142,6 +142,9 @@ pub(super) async fn attempt(
         Ok(Recorded::LeaseLost) => {
             tracing::warn!(delivery_id = %delivery_id, "delivery lease ran out before the attempt was recorded");
         }
+        Ok(Recorded::Deleted) => {
+            tracing::info!(delivery_id = %delivery_id, "delivery deleted with its endpoint during the attempt");
+        }
         Err(e) => {
             // The lease runs out and the delivery is attempted again: at least once.
             tracing::warn!(delivery_id = %delivery_id, error = %e, "recording a delivery attempt failed");
@@ -169,8 +172,12 @@ enum Health {
 }
 
 enum Recorded {
-    Done { disabled: bool },
+    Done {
+        disabled: bool,
+    },
     LeaseLost,
+    /// The delivery is gone: its endpoint was deleted (its deliveries with it) meanwhile.
+    Deleted,
 }
 
 /// The attempt, the delivery's next step and the endpoint's health, in one transaction.
@@ -190,7 +197,10 @@ fn record_attempt(
     conn.transaction(|conn| {
         // The guarded write first: it is the proof this worker still holds the delivery.
         if !rows::finish_attempt(conn, delivery_id, token, record, next)? {
-            return Ok(Recorded::LeaseLost);
+            return Ok(match rows::load_claimed(conn, delivery_id)? {
+                Some(_) => Recorded::LeaseLost,
+                None => Recorded::Deleted,
+            });
         }
         let disabled = match health {
             Health::Healthy => {

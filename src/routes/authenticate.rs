@@ -19,8 +19,14 @@ pub struct MerchantId(pub String);
 /// limit. Handlers take it before the body, so a refused request reads and stores nothing.
 pub struct Authenticated(pub Merchant);
 
+/// The request's one bearer token. Two `Authorization` headers name no one key: none (401),
+/// as two `Idempotency-Key` headers name no key (400).
 fn bearer_token(req: &HttpRequest) -> Option<String> {
-    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let mut values = req.headers().get_all(header::AUTHORIZATION);
+    let value = values.next()?.to_str().ok()?;
+    if values.next().is_some() {
+        return None;
+    }
     let (scheme, token) = value.trim().split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_owned())

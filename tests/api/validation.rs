@@ -28,6 +28,7 @@ async fn bad_requests_get_their_status_and_code_and_change_nothing() {
         ("no api key", vec![json_ct.clone(), key("k1")], good.clone(), 401, "unauthorized", None),
         ("wrong api key", vec![("Authorization", "Bearer sk_test_nope".into()), json_ct.clone(), key("k1")], good.clone(), 401, "unauthorized", None),
         ("not bearer", vec![("Authorization", format!("Basic {}", app.api_key)), json_ct.clone(), key("k1")], good.clone(), 401, "unauthorized", None),
+        ("two api keys", with(&[("Authorization", "Bearer sk_test_nope".into()), json_ct.clone(), key("k1")]), good.clone(), 401, "unauthorized", None),
         ("no key", with(std::slice::from_ref(&json_ct)), good.clone(), 400, "idempotency_key_missing", None),
         ("empty key", with(&[json_ct.clone(), key("")]), good.clone(), 400, "idempotency_key_invalid", None),
         ("long key", with(&[json_ct.clone(), key(&"k".repeat(256))]), good.clone(), 400, "idempotency_key_invalid", None),
