@@ -286,10 +286,7 @@ fn finish_step(
         let at = now();
         // Write first: it is the guard, and on SQLite it takes the write lock before any read.
         if !steps::lock_unfinished(conn, &row.id, at)? {
-            let theirs = steps::find_by_id(conn, &row.id)?;
-            return Ok(Settled::AlreadyFinal(
-                theirs.ok_or(diesel::result::Error::NotFound)?,
-            ));
+            return Ok(Settled::already_final(steps::find_by_id(conn, &row.id)?));
         }
         let mut step = row.clone();
         let answer = match outcome {

@@ -52,6 +52,14 @@ pub enum Settled<Row> {
     Unknown,
 }
 
+impl<Row> Settled<Row> {
+    /// What a guarded finish that found the row final already reads back: the row another
+    /// path finished first (its answer stands), or [`Settled::Unknown`] if it is gone.
+    pub fn already_final(found: Option<Row>) -> Self {
+        found.map_or(Self::Unknown, Self::AlreadyFinal)
+    }
+}
+
 /// A kind whose unfinished rows are settled by [`settle`].
 pub trait Settle {
     type Row: SettledRow;

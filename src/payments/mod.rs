@@ -103,9 +103,7 @@ impl Operation for CreatePayment {
             .db
             .run(move |conn| rows::find_by_id(conn, &id))
             .await?;
-        Ok(Settled::AlreadyFinal(
-            theirs.ok_or(diesel::result::Error::NotFound)?,
-        ))
+        Ok(Settled::already_final(theirs))
     }
 
     fn find_by_key(
@@ -154,10 +152,10 @@ impl Operation for CreatePayment {
             return Ok(Settled::Applied(finished));
         }
         // Someone else (a webhook, another instance) finished it first: theirs stands.
-        let theirs = rows::find_by_id(conn, &finished.id)?;
-        Ok(Settled::AlreadyFinal(
-            theirs.ok_or(diesel::result::Error::NotFound)?,
-        ))
+        Ok(Settled::already_final(rows::find_by_id(
+            conn,
+            &finished.id,
+        )?))
     }
 
     /// While its outcome is unknown, a payment answers 202 with itself, `processing`.

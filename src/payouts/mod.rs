@@ -232,10 +232,7 @@ impl Operation for CreatePayout {
         request: Option<&RequestRef>,
         _: &Settings,
     ) -> diesel::QueryResult<Settled<PayoutRow>> {
-        match apply_payout_outcome(conn, &row.id, outcome, request)? {
-            Settled::Unknown => Err(diesel::result::Error::NotFound),
-            settled => Ok(settled),
-        }
+        apply_payout_outcome(conn, &row.id, outcome, request)
     }
 
     /// The amount stays out of the balance while the outcome is unknown; the 202 is the

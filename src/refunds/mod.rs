@@ -245,10 +245,7 @@ impl Operation for CreateRefund {
         request: Option<&RequestRef>,
         _settings: &Settings,
     ) -> diesel::QueryResult<Settled<RefundRow>> {
-        match apply_refund_outcome(conn, &row.id, outcome, request)? {
-            Settled::Unknown => Err(diesel::result::Error::NotFound),
-            settled => Ok(settled),
-        }
+        apply_refund_outcome(conn, &row.id, outcome, request)
     }
 
     /// The amount stays reserved while the outcome is unknown; the 202 is the refund,

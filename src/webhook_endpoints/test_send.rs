@@ -109,11 +109,10 @@ impl Operation for SendTest {
     ) -> diesel::QueryResult<Settled<KeyClaim<TestSend>>> {
         let ours = row.store(conn, answer)?;
         // Stored by this request, or by one that took the key over meanwhile: theirs stands.
-        let stored = row.find(conn)?.ok_or(diesel::result::Error::NotFound)?;
-        Ok(if ours {
-            Settled::Applied(stored)
-        } else {
-            Settled::AlreadyFinal(stored)
+        let stored = row.find(conn)?;
+        Ok(match stored {
+            Some(stored) if ours => Settled::Applied(stored),
+            found => Settled::already_final(found),
         })
     }
 

@@ -223,8 +223,7 @@ fn finish_operation(
         let at = now();
         // Write first: it is the guard, and on SQLite it takes the write lock before any read.
         if !rows::lock_unfinished(conn, &row.id, at)? {
-            let theirs = rows::find_by_id(conn, &row.id)?;
-            return Ok(Settled::AlreadyFinal(theirs.ok_or(diesel::result::Error::NotFound)?));
+            return Ok(Settled::already_final(rows::find_by_id(conn, &row.id)?));
         }
         let mut op = row.clone();
         let capture = op.kind == CAPTURE;
