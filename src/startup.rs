@@ -84,10 +84,14 @@ pub fn open_database(settings: &Settings, schema: Schema) -> Result<Db, StartupE
         settings.database_pool_size,
         settings.database_prepared_statements,
     )
-    .map_err(StartupError::Database)?;
-    let mut conn = pool
-        .get()
-        .map_err(|e| StartupError::Database(format!("cannot connect to the database: {e}")))?;
+    .map_err(|e| StartupError::Database(format!("DATABASE_URL: {}", e.trim_end())))?;
+    let mut conn = pool.get().map_err(|e| {
+        let cause = e.to_string();
+        StartupError::Database(format!(
+            "DATABASE_URL: cannot connect to the database: {}",
+            cause.trim_end()
+        ))
+    })?;
     match schema {
         Schema::Migrate => db::migrate::run_migrations(&mut conn),
         Schema::AsItIs => db::migrate::check_current(&mut conn),

@@ -40,6 +40,10 @@ impl DatabaseTarget {
             if path.is_empty() {
                 return Err("sqlite:// needs a file path".to_owned());
             }
+            // A query string (`?mode=ro`) would silently become part of the file's name.
+            if path.contains('?') {
+                return Err("sqlite://PATH takes no query string (`?`)".to_owned());
+            }
             Ok(Self::Sqlite(PathBuf::from(path)))
         } else {
             Err("expected postgres://…, postgresql://… or sqlite://PATH".to_owned())
@@ -293,7 +297,13 @@ mod tests {
 
     #[test]
     fn unknown_schemes_are_refused() {
-        for url in ["mysql://x", "data/payments.db", "sqlite://", ""] {
+        for url in [
+            "mysql://x",
+            "data/payments.db",
+            "sqlite://",
+            "sqlite://p.db?mode=ro",
+            "",
+        ] {
             assert!(DatabaseTarget::parse(url).is_err(), "{url}");
         }
         assert_eq!(

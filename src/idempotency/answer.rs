@@ -97,4 +97,4 @@ pub fn scope_key(resource: &str, merchant_id: &str, idempotency_key: &str) -> St
 }
 
 /// Between the parts of a [`scope_key`].
-pub const SEPARATOR: &str = " \u{b7} ";
+const SEPARATOR: &str = " \u{b7} ";

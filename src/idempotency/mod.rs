@@ -14,7 +14,7 @@ mod follow;
 mod in_flight;
 pub mod record;
 
-pub use answer::{Answer, REPLAYED_HEADER, SEPARATOR, scope_key};
+pub use answer::{Answer, REPLAYED_HEADER, scope_key};
 pub use final_answers::{FinalAnswers, Sent};
 pub use follow::{Followed, follow, observe, store_when_possible};
 pub use in_flight::{

@@ -22,7 +22,7 @@ use crate::db::lease::Leased;
 use crate::domain::RequestRef;
 use crate::domain::{IdempotencyKey, Timestamp, now};
 use crate::error::ApiError;
-use crate::idempotency::{Answer, IdempotentRecord, SEPARATOR, scope_key};
+use crate::idempotency::{Answer, IdempotentRecord, scope_key};
 use crate::provider::OutcomeUnknown;
 use crate::state::AppState;
 
@@ -63,11 +63,8 @@ impl<W> KeyClaim<W> {
     }
 
     fn of(row: KeyRow, scope: &'static str, work: W) -> Self {
-        let name = scope_key(
-            scope,
-            &row.merchant_id,
-            &[&row.scope, SEPARATOR, &row.idempotency_key].concat(),
-        );
+        // The same text as the key's in-flight scope entry; they are kept apart by kind.
+        let name = scope_key(scope, &row.merchant_id, &row.idempotency_key);
         Self {
             row,
             scope,

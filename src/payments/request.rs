@@ -39,6 +39,9 @@ impl CaptureMethod {
     }
 }
 
+/// The longest `customer_id`, in characters (a list's filter by it too).
+pub const MAX_CUSTOMER_ID_CHARS: usize = 255;
+
 /// Unknown fields are refused (400 `invalid_request` naming the field).
 #[derive(Debug, Clone, PartialEq, Eq, utoipa::ToSchema)]
 #[schema(as = CreatePaymentRequest)]
@@ -91,7 +94,7 @@ impl NewPayment {
                 "`payment_method` must not be empty",
             ));
         }
-        let customer_id = object.optional_string("customer_id", 255)?;
+        let customer_id = object.optional_string("customer_id", MAX_CUSTOMER_ID_CHARS)?;
         let description = object.optional_string("description", 1000)?;
         let metadata = object.optional_string_map(
             "metadata",

@@ -2,7 +2,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::authenticate::Authenticated;
 use super::events::json;
-use super::input::Query;
+use super::input::{NoQuery, Query};
 use crate::db::ledger::ListFilter;
 use crate::domain::TransactionId;
 use crate::error::ApiError;
@@ -25,6 +25,7 @@ use crate::state::AppState;
 pub async fn get_balance(
     state: web::Data<AppState>,
     Authenticated(merchant): Authenticated,
+    _: NoQuery,
 ) -> Result<HttpResponse, ApiError> {
     Ok(json(ledger::reads::balance(&state, &merchant).await?))
 }
@@ -110,6 +111,7 @@ pub async fn list_transactions(
 pub async fn get_transaction(
     state: web::Data<AppState>,
     Authenticated(merchant): Authenticated,
+    _: NoQuery,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = path.into_inner();

@@ -3,7 +3,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use super::authenticate::Authenticated;
 use super::events::json;
 use super::input::{
-    Query, idempotency_key, path_id, read_json_body, read_optional_json_body, request_id,
+    NoQuery, Query, idempotency_key, path_id, read_json_body, read_optional_json_body, request_id,
 };
 use crate::disputes::request::{DisputeEvidence, parse_close};
 use crate::disputes::{self, step};
@@ -81,6 +81,7 @@ pub async fn list(
 pub async fn get(
     state: web::Data<AppState>,
     Authenticated(merchant): Authenticated,
+    _: NoQuery,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = path_id::<DisputeId>(&path)?;

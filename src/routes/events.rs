@@ -1,7 +1,7 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::authenticate::Authenticated;
-use super::input::Query;
+use super::input::{NoQuery, Query};
 use crate::domain::RequestRef;
 use crate::domain::{EventId, IdempotencyKey};
 use crate::error::ApiError;
@@ -109,6 +109,7 @@ pub async fn list(
 pub async fn get(
     state: web::Data<AppState>,
     Authenticated(merchant): Authenticated,
+    _: NoQuery,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let body = events::get_event(&state, &merchant, path.into_inner()).await?;

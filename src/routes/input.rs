@@ -37,8 +37,9 @@ pub async fn read_json_body(
     read_body(req, payload).await
 }
 
-/// The body of a POST whose fields are all optional: no body at all is fine whatever the
-/// content type; a body must be JSON (415 otherwise).
+/// The body of a POST whose fields are all optional (parsed with
+/// [`JsonObject::parse_or_empty`]): without a content type, no body at all (or only
+/// whitespace) is fine; anything else sent must be JSON (415 otherwise).
 pub async fn read_optional_json_body(
     req: &HttpRequest,
     payload: web::Payload,
@@ -49,17 +50,32 @@ pub async fn read_optional_json_body(
     }
     no_query(req)?;
     let body = read_body(req, payload).await?;
-    if body.is_empty() {
+    if body.iter().all(u8::is_ascii_whitespace) {
         Ok(body)
     } else {
         Err(ApiError::UnsupportedMediaType)
     }
 }
 
-/// An API POST takes all it asks for in its body: a query parameter (`?amount=5` on a
-/// capture) is 400, not silently ignored as if it had been honoured.
+/// A request takes all it asks for in its path and body, or its list's parameters: a query
+/// parameter anywhere else (`?amount=5` on a capture, `?expand=x` on a payment) is 400, not
+/// silently ignored as if it had been honoured.
 fn no_query(req: &HttpRequest) -> Result<(), ApiError> {
     Query::parse(req, &[]).map(|_| ())
+}
+
+/// [`no_query`] as an extractor, for the requests without a body (an object's read, a
+/// delete). Placed after [`super::authenticate::Authenticated`], so a caller without a
+/// valid key learns 401 first.
+pub struct NoQuery;
+
+impl actix_web::FromRequest for NoQuery {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut actix_web::dev::Payload) -> Self::Future {
+        std::future::ready(no_query(req).map(|()| Self))
+    }
 }
 
 /// How long a declared body may take to arrive, from the end of the headers.
@@ -188,6 +204,18 @@ impl Query {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// A text parameter of at most `max_chars` characters (what the field it filters on
+    /// may hold: a longer one could only match nothing, so it is a mistake, not a query).
+    pub fn text(&self, name: &str, max_chars: usize) -> Result<Option<&str>, ApiError> {
+        match self.get(name) {
+            Some(v) if v.chars().count() > max_chars => Err(ApiError::invalid(
+                name,
+                format!("`{name}` must be at most {max_chars} characters"),
+            )),
+            v => Ok(v),
+        }
     }
 
     /// `limit` of a list: 1 to 100, default 10.

@@ -2,13 +2,14 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::authenticate::Authenticated;
 use super::input::{
-    Query, idempotency_key, path_id, read_json_body, read_optional_json_body, request_id,
+    NoQuery, Query, idempotency_key, path_id, read_json_body, read_optional_json_body, request_id,
     sent_unless_replayed,
 };
 use crate::db::payments::ListFilter;
 use crate::domain::PaymentId;
 use crate::error::ApiError;
 use crate::payments::authorization::{self, NewCancel, NewCapture, Requested};
+use crate::payments::request::MAX_CUSTOMER_ID_CHARS;
 use crate::payments::{self, NewPayment, PaymentStatus};
 use crate::state::AppState;
 
@@ -144,6 +145,7 @@ async fn operate(
 pub async fn get(
     state: web::Data<AppState>,
     Authenticated(merchant): Authenticated,
+    _: NoQuery,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = path_id::<PaymentId>(&path)?;
@@ -196,7 +198,9 @@ pub async fn list(
         limit,
         starting_after,
         status,
-        customer_id: query.get("customer_id").map(str::to_owned),
+        customer_id: query
+            .text("customer_id", MAX_CUSTOMER_ID_CHARS)?
+            .map(str::to_owned),
         ..ListFilter::default()
     };
     let body = payments::list_payments(&state, &merchant, filter).await?;

@@ -2,7 +2,9 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::authenticate::Authenticated;
 use super::events::json;
-use super::input::{Query, idempotency_key, path_id, read_json_body, sent_unless_replayed};
+use super::input::{
+    NoQuery, Query, idempotency_key, path_id, read_json_body, sent_unless_replayed,
+};
 use crate::domain::{PayoutId, PayoutStatus};
 use crate::error::ApiError;
 use crate::payouts::{self, NewPayout};
@@ -102,6 +104,7 @@ pub async fn list(
 pub async fn get(
     state: web::Data<AppState>,
     Authenticated(merchant): Authenticated,
+    _: NoQuery,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = path_id::<PayoutId>(&path)?;

@@ -1,9 +1,8 @@
-use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::authenticate::Authenticated;
 use super::events::{json, request_ref};
-use super::input::{Query, idempotency_key, read_body, read_json_body};
+use super::input::{NoQuery, Query, idempotency_key, read_json_body, read_optional_json_body};
 use super::openapi::OptionalIdempotencyKeyHeader;
 use crate::domain::{DeliveryId, DeliveryStatus, EndpointId, IdempotencyKey};
 use crate::error::ApiError;
@@ -17,28 +16,6 @@ fn optional_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError> {
     } else {
         Ok(None)
     }
-}
-
-/// The body of a POST whose fields are all optional: no body at all (and no content type)
-/// is `{}`; anything sent must be JSON.
-async fn optional_json_body(
-    req: &HttpRequest,
-    payload: web::Payload,
-) -> Result<web::Bytes, ApiError> {
-    let body = if req.headers().contains_key(header::CONTENT_TYPE) {
-        read_json_body(req, payload).await?
-    } else {
-        let body = read_body(req, payload).await?;
-        if !body.iter().all(u8::is_ascii_whitespace) {
-            return Err(ApiError::UnsupportedMediaType);
-        }
-        body
-    };
-    Ok(if body.iter().all(u8::is_ascii_whitespace) {
-        web::Bytes::from_static(b"{}")
-    } else {
-        body
-    })
 }
 
 /// Register an endpoint. Its `secret` is in this answer only: keep it to verify deliveries.
@@ -115,6 +92,7 @@ pub async fn list(
 pub async fn get(
     state: web::Data<AppState>,
     Authenticated(merchant): Authenticated,
+    _: NoQuery,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     Ok(json(
@@ -168,6 +146,7 @@ pub async fn update(
 pub async fn delete(
     state: web::Data<AppState>,
     Authenticated(merchant): Authenticated,
+    _: NoQuery,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     Ok(json(
@@ -198,7 +177,7 @@ pub async fn rotate_secret(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let body = optional_json_body(&req, payload).await?;
+    let body = read_optional_json_body(&req, payload).await?;
     let key = optional_key(&req)?;
     let rotation = Rotation::parse(&body)?;
     let answer =
@@ -304,9 +283,9 @@ pub async fn test(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let body = optional_json_body(&req, payload).await?;
+    let body = read_optional_json_body(&req, payload).await?;
     let key = optional_key(&req)?;
-    super::input::JsonObject::parse(&body, &[])?;
+    super::input::JsonObject::parse_or_empty(&body, &[])?;
     let made_by = request_ref(&req, key.as_ref());
     let answer = endpoints::send_test(&state, &merchant, path.into_inner(), key, made_by).await?;
     Ok(answer.into_response())

@@ -189,7 +189,7 @@ pub struct Rotation {
 
 impl Rotation {
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
-        let mut object = JsonObject::parse(body, &["expire_current_in_s"])?;
+        let mut object = JsonObject::parse_or_empty(body, &["expire_current_in_s"])?;
         let expire_current_in_s = object
             .optional_integer("expire_current_in_s")?
             .unwrap_or(DEFAULT_EXPIRE_CURRENT_SECS);

@@ -1,6 +1,6 @@
 //! Bad input: a clear problem+json answer, and nothing stored or charged.
 
-use crate::support::spawn_app;
+use crate::support::{spawn_app, spawn_app_with};
 
 #[actix_web::test]
 async fn bad_requests_get_their_status_and_code_and_change_nothing() {
@@ -120,4 +120,91 @@ async fn a_query_parameter_on_a_post_is_refused_and_changes_nothing() {
     assert_eq!(app.payment_rows().await, 1, "only the payment made before");
     assert_eq!(app.simulator.charge_calls(), 1);
     assert_eq!(app.simulator.refund_calls(), 0);
+}
+
+/// The same for the requests without a body: a read or a delete of one object, or the
+/// balance, takes no query parameter (`?expand=x` would look honoured), and an optional
+/// POST sent without a body is held to it too. A list's filter longer than its field can
+/// hold is a mistake, not an empty page.
+#[actix_web::test]
+async fn a_query_parameter_on_a_read_or_a_delete_is_refused_and_changes_nothing() {
+    let app = spawn_app_with(|s| s.webhook_allow_private_urls = true).await;
+    let payment_id = app.paid_payment(1000).await;
+    let (endpoint_id, _) = app.create_endpoint("http://127.0.0.1:9/hook", &["*"]).await;
+    let listed = |path: &'static str| {
+        let app = &app;
+        async move {
+            app.get(path).await.json()["data"][0]["id"]
+                .as_str()
+                .map(str::to_owned)
+        }
+    };
+    let event_id = listed("/v1/events").await.expect("an event");
+    let transaction_id = listed("/v1/balance_transactions")
+        .await
+        .expect("a balance transaction");
+    let auth = [("Authorization", format!("Bearer {}", app.api_key))];
+    for (method, path) in [
+        ("GET", format!("/v1/payments/{payment_id}?expand=x")),
+        ("GET", "/v1/balance?expand=x".to_owned()),
+        (
+            "GET",
+            format!("/v1/balance_transactions/{transaction_id}?expand=x"),
+        ),
+        ("GET", format!("/v1/events/{event_id}?expand=x")),
+        (
+            "GET",
+            format!("/v1/webhook_endpoints/{endpoint_id}?expand=x"),
+        ),
+        (
+            "DELETE",
+            format!("/v1/webhook_endpoints/{endpoint_id}?expand=x"),
+        ),
+        (
+            "POST",
+            format!("/v1/webhook_endpoints/{endpoint_id}/test?expand=x"),
+        ),
+        (
+            "GET",
+            "/v1/payouts/po_0190a1b2c3d4e5f6a7b8c9d0e1f2a3b4?expand=x".to_owned(),
+        ),
+        (
+            "GET",
+            "/v1/disputes/dp_0190a1b2c3d4e5f6a7b8c9d0e1f2a3b4?expand=x".to_owned(),
+        ),
+    ] {
+        let problem = app
+            .request(method, &path, &auth, Vec::new())
+            .await
+            .assert_problem(400, "invalid_request");
+        assert_eq!(problem["param"], "expand", "{method} {path}: {problem}");
+    }
+    // Without a key, 401 comes first, whatever the query.
+    app.request(
+        "GET",
+        &format!("/v1/payments/{payment_id}?expand=x"),
+        &[],
+        Vec::new(),
+    )
+    .await
+    .assert_problem(401, "unauthorized");
+    // The endpoint is still there.
+    assert_eq!(
+        app.get(&format!("/v1/webhook_endpoints/{endpoint_id}"))
+            .await
+            .status,
+        200
+    );
+
+    let long = "c".repeat(256);
+    let problem = app
+        .get(&format!("/v1/payments?customer_id={long}"))
+        .await
+        .assert_problem(400, "invalid_request");
+    assert_eq!(problem["param"], "customer_id");
+    let fits = app
+        .get(&format!("/v1/payments?customer_id={}", &long[..255]))
+        .await;
+    assert_eq!(fits.status, 200, "{}", fits.text());
+    assert_eq!(app.simulator.charge_calls(), 1);
 }

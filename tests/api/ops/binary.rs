@@ -214,6 +214,27 @@ async fn sigterm_while_waiting_for_the_database_at_start_exits_0() {
     );
 }
 
+/// A database that cannot be reached at the start stops it (exit 1) with the cause and
+/// the setting to look at.
+#[actix_web::test]
+async fn a_database_that_refuses_at_start_stops_it_naming_database_url() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let refused = format!("postgres://postgres@127.0.0.1:{port}/nothing");
+    let mut service = Service::spawn(&[("DATABASE_URL", &refused)]);
+    let exit = service.wait_for_exit().await;
+    assert_eq!(exit.code(), Some(1), "{exit}\n{}", service.output());
+    let output = service.output();
+    assert!(output.contains("DATABASE_URL"), "{output}");
+    assert!(
+        output.contains("cannot connect to the database"),
+        "{output}"
+    );
+    assert!(!output.contains("payments-api listening"), "{output}");
+}
+
 #[actix_web::test]
 async fn a_bad_setting_stops_the_start_and_names_the_variable() {
     let output = Command::new(env!("CARGO_BIN_EXE_payments-api"))
@@ -235,6 +256,8 @@ async fn a_bad_setting_stops_the_start_and_names_the_variable() {
     std::fs::create_dir_all(&folder).expect("a folder");
     for (name, value) in [
         ("DATABASE_URL", &b"sqlite://elsewhere.db\xff"[..]),
+        // A query string would become part of the file's name.
+        ("DATABASE_URL", &b"sqlite://elsewhere.db?mode=ro"[..]),
         ("RATE_LIMIT_PER_SECOND", &b"2\xff"[..]),
         ("WEBHOOK_SECRETS", &b"whsec_\xff"[..]),
     ] {
