@@ -49,7 +49,7 @@ struct SharedClock;
 
 impl FormatTime for SharedClock {
     fn format_time(&self, w: &mut Writer<'_>) -> std::fmt::Result {
-        w.write_str(&crate::domain::format_timestamp(crate::domain::now()))
+        crate::domain::write_timestamp(crate::domain::now(), w)
     }
 }
 

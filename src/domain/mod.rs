@@ -27,7 +27,7 @@ pub use status::{
     RefundStatus, StepStatus,
 };
 pub use text::{check_text, is_token, sanitized};
-pub use time::{Timestamp, follow_database_clock, format_timestamp, now};
+pub use time::{Timestamp, follow_database_clock, format_timestamp, now, write_timestamp};
 
 /// The API request that made a change: its `X-Request-Id` and `Idempotency-Key`. Events
 /// name it; a change made by a provider webhook, the recovery worker or an expiry has none.
