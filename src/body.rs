@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use crate::domain::check_text;
+use crate::domain::{check_text, sanitized};
 use crate::error::ApiError;
 
 /// A JSON object body whose fields are taken one by one; fields that are not allowed are
@@ -17,16 +17,11 @@ pub struct JsonObject {
 }
 
 /// A JSON body whose every string, object keys included and however deeply nested, obeys
-/// [`check_text`]: the one place request JSON is parsed, so no getter (nor any other reader
-/// of the value, like the provider's webhook events) can see text the rule refuses.
+/// [`check_text`]: the one place request JSON is parsed, so no getter can see text the rule
+/// refuses (the provider's webhook events get it made fit instead: [`parse_provider_json`]).
 /// A string at fault is a 400 naming the top-level field it is in.
 pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
-    let Unique(value) = serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest {
-        detail: format!("the body is not valid JSON: {e}"),
-        param: refused_whole(&e)
-            .then(|| field_at(body, e.line(), e.column()))
-            .flatten(),
-    })?;
+    let value = parse_unique(body)?;
     match &value {
         Value::Object(fields) => {
             for (name, field) in fields {
@@ -40,6 +35,28 @@ pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
             param: None,
         })?,
     }
+    Ok(value)
+}
+
+/// A JSON body from the provider, parsed as [`parse_json`] parses, but with the text the
+/// rule refuses made fit to store ([`sanitized`]: each such character becomes U+FFFD) rather
+/// than refused. What the provider reports has already happened: a dispute whose reason
+/// holds a stray control character must still open, and an event refused with a 400 would
+/// only come back, the same, until the provider gives up on it.
+pub fn parse_provider_json(body: &[u8]) -> Result<Value, ApiError> {
+    let mut value = parse_unique(body)?;
+    sanitize_json_strings(&mut value);
+    Ok(value)
+}
+
+/// Well-formed JSON with each object naming a member once, or the 400 that says where not.
+fn parse_unique(body: &[u8]) -> Result<Value, ApiError> {
+    let Unique(value) = serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest {
+        detail: format!("the body is not valid JSON: {e}"),
+        param: refused_whole(&e)
+            .then(|| field_at(body, e.line(), e.column()))
+            .flatten(),
+    })?;
     Ok(value)
 }
 
@@ -175,6 +192,26 @@ fn check_json_strings(value: &Value) -> Result<(), &'static str> {
             .iter()
             .try_for_each(|(key, v)| check_text(key).and_then(|()| check_json_strings(v))),
         Value::Null | Value::Bool(_) | Value::Number(_) => Ok(()),
+    }
+}
+
+/// Every string of `value`, object keys included, made to obey [`check_text`] (the parser's
+/// recursion limit bounds the depth).
+fn sanitize_json_strings(value: &mut Value) {
+    match value {
+        Value::String(s) => *s = sanitized(std::mem::take(s)),
+        Value::Array(items) => items.iter_mut().for_each(sanitize_json_strings),
+        Value::Object(fields) if fields.keys().any(|key| check_text(key).is_err()) => {
+            *fields = std::mem::take(fields)
+                .into_iter()
+                .map(|(key, mut v)| {
+                    sanitize_json_strings(&mut v);
+                    (sanitized(key), v)
+                })
+                .collect();
+        }
+        Value::Object(fields) => fields.values_mut().for_each(sanitize_json_strings),
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
     }
 }
 

@@ -1,7 +1,7 @@
 //! One delivery of a provider event: signature checked on the raw bytes, then the event id
 //! recorded and its effect applied in one transaction, or recognised as a redelivery.
 
-use crate::body::parse_json;
+use crate::body::parse_provider_json;
 use crate::db::webhook_events::{self as events, Recorded, WebhookEventRow};
 use crate::domain::{now, sha256_hex};
 use crate::error::ApiError;
@@ -46,13 +46,15 @@ async fn receive(
         })?
         .to_owned();
 
-    // The same parser (and text rule) as every other request body: a signed event is
-    // still input, and a NUL in it would make the database refuse the event forever.
-    let envelope: Envelope =
-        serde_json::from_value(parse_json(body)?).map_err(|_| ApiError::InvalidRequest {
+    // The same parser as every other request body, but text no column may hold (a NUL
+    // would make the database refuse the event forever) becomes U+FFFD instead of a 400:
+    // the provider's event has happened, and must be recorded and applied.
+    let envelope: Envelope = serde_json::from_value(parse_provider_json(body)?).map_err(|_| {
+        ApiError::InvalidRequest {
             detail: "the event is not a JSON object with a string `type`".to_owned(),
             param: None,
-        })?;
+        }
+    })?;
     let event = WebhookEventRow {
         id: id.clone(),
         body_sha256: sha256_hex(body),

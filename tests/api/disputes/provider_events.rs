@@ -197,6 +197,44 @@ async fn dispute_events_that_cannot_apply_are_recorded_and_change_nothing() {
     );
 }
 
+/// Provider text no column may hold (a control character, a NUL) is made fit (U+FFFD), not
+/// refused: the dispute still opens, and an event for no payment of ours is still recorded
+/// (a 400 would bring it back, the same, until the provider gave up).
+#[actix_web::test]
+async fn provider_text_with_control_characters_is_recorded_and_applied() {
+    let app = spawn_app().await;
+    let paid = app.visa_payment("pay-ctl", 1000).await;
+    let mut data = opening("du_ctl\u{0}", &paid, 1000);
+    data["reason"] = json!("fraudulent\u{b}");
+    let response = app.provider_event("charge.dispute.created", data).await;
+    assert_eq!(response.json()["duplicate"], false);
+    let disputes = app.all_disputes().await;
+    assert_eq!(disputes.len(), 1, "{disputes:?}");
+    assert_eq!(disputes[0]["reason"], "fraudulent\u{fffd}");
+    assert_eq!(disputes[0]["amount"], 1000);
+    let moved = app
+        .get("/v1/balance_transactions?type=dispute")
+        .await
+        .json();
+    assert_eq!(moved["data"].as_array().map(Vec::len), Some(1), "{moved}");
+
+    // An unknown reference with a NUL in it, and a key holding a control character: recorded
+    // once, a redelivery recognised.
+    let mut unknown = paid.clone();
+    unknown["id"] = json!("pay_\u{0}nobody");
+    let mut data = opening("du_nobody", &unknown, 1000);
+    data["\u{7}note"] = json!("\u{1b}[31m");
+    let first = app
+        .provider_event_with_id("msg_ctl_1", "charge.dispute.created", data.clone())
+        .await;
+    assert_eq!(first.json()["duplicate"], false);
+    let again = app
+        .provider_event_with_id("msg_ctl_1", "charge.dispute.created", data)
+        .await;
+    assert_eq!(again.json()["duplicate"], true);
+    assert_eq!(app.all_disputes().await.len(), 1);
+}
+
 /// A payment's disputes together take back at most what was captured: one that would go
 /// past it is recorded and changes nothing.
 #[actix_web::test]
