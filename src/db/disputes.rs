@@ -208,7 +208,8 @@ pub fn hold(conn: &mut DbConnection, id: &str, step_id: &str, at: Timestamp) -> 
 }
 
 /// The step is over: the dispute takes the next one. Marks the evidence submitted when
-/// `submitted_at` is given.
+/// `submitted_at` is given (a change of the dispute, so its `updated_at` too: the step may
+/// end after the provider decided the dispute, which then does not move again).
 pub fn let_go(
     conn: &mut DbConnection,
     id: &str,
@@ -223,6 +224,7 @@ pub fn let_go(
             .set((
                 disputes::step_id.eq(None::<String>),
                 disputes::evidence_submitted_at.eq(at),
+                disputes::updated_at.eq(at),
             ))
             .execute(conn),
         None => diesel::update(target)

@@ -308,6 +308,38 @@ async fn bad_steps_are_refused_and_change_nothing() {
     assert_eq!(app.get_as(&path, &other).await.status, 404);
 }
 
+/// A submit whose answer comes after the provider decided the dispute (the simulator takes
+/// the evidence, sends its `won` webhook 150 ms later and answers the submit at 600 ms):
+/// the dispute is `won` once, and the evidence it marks submitted is a change of the
+/// dispute, so `updated_at` moves with it.
+#[actix_web::test]
+async fn a_submit_that_ends_after_the_dispute_was_decided_marks_it_updated() {
+    let app = spawn_app_with(|s| {
+        quick_disputes(s);
+        s.provider_latency = Duration::from_millis(600);
+    })
+    .await;
+    let payment = app.disputed_payment("pay-late-submit", 1500).await;
+    let dispute = app
+        .dispute_when(payment["id"].as_str().unwrap(), "needs_response")
+        .await;
+    let id = dispute["id"].as_str().unwrap();
+    let path = format!("/v1/disputes/{id}");
+    let body = json!({"evidence": {"text": "winning_evidence"}, "submit": true});
+    let submitted = app.post_dispute(&path, "late", &body).await;
+    assert_eq!(submitted.status, 200, "{}", submitted.text());
+    let after = submitted.json();
+    assert_eq!(after["status"], "won", "{after}");
+    assert!(after["evidence_submitted_at"].is_string(), "{after}");
+    assert_eq!(
+        after["updated_at"], after["evidence_submitted_at"],
+        "{after}"
+    );
+    assert_eq!(app.get(&path).await.json(), after);
+    assert_eq!(app.events_about("dispute.closed", id).await.len(), 1);
+    assert_eq!(app.events_about("dispute.updated", id).await.len(), 0);
+}
+
 /// A paid payment, and a dispute of `amount` on it opened by the provider's webhook (for a
 /// provider this test runs, which does not know the dispute): the dispute, `needs_response`.
 async fn opened_by_the_provider(
