@@ -186,7 +186,8 @@ pub async fn sign_in(
         return layout::unavailable();
     }
     tracing::info!(merchant = %merchant.id, "dashboard session opened");
-    let secure = req.connection_info().scheme() == "https";
+    // The scheme as the client or a proxy in front named it (`X-Forwarded-Proto: HTTPS` too).
+    let secure = req.connection_info().scheme().eq_ignore_ascii_case("https");
     let cookie = Cookie::build(SESSION_COOKIE, token)
         .path("/dashboard")
         .http_only(true)

@@ -18,15 +18,17 @@ use crate::state::AppState;
 
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// The body of a JSON POST, read up to the limit: 415 for another content type, 413 beyond
-/// 64 KiB (checked on `Content-Length` first, then on what actually arrives).
+/// The body of a JSON POST, read up to the limit: 415 for another content type (or two), 413
+/// beyond 64 KiB (checked on `Content-Length` first, then on what actually arrives).
 pub async fn read_json_body(
     req: &HttpRequest,
     payload: web::Payload,
 ) -> Result<web::Bytes, ApiError> {
-    let content_type = req
-        .headers()
-        .get(header::CONTENT_TYPE)
+    // Two content types name no one type (as two keys name no one key): 415.
+    let mut content_types = req.headers().get_all(header::CONTENT_TYPE);
+    let content_type = content_types
+        .next()
+        .filter(|_| content_types.next().is_none())
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let essence = content_type.split(';').next().unwrap_or("").trim();

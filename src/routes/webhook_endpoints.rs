@@ -149,9 +149,9 @@ pub async fn delete(
     _: NoQuery,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    Ok(json(
-        endpoints::delete(&state, &merchant, path.into_inner()).await?,
-    ))
+    // The API's DELETE takes no Idempotency-Key (a second one is a 404).
+    let answer = endpoints::delete(&state, &merchant, path.into_inner(), None).await?;
+    Ok(answer.into_response())
 }
 
 /// A new secret (in this answer only). Until the current one expires, every delivery

@@ -15,7 +15,7 @@ pub mod view;
 mod writes;
 
 pub use endpoint::REPLAY_LIMIT;
-pub use reads::{delete, get, list, list_deliveries};
+pub use reads::{get, list, list_deliveries};
 pub use request::{EndpointUpdate, NewEndpoint, Replay, ReplayScope, Rotation, url_error};
 pub use test_send::{SendTest, send_test};
-pub use writes::{EndpointWrite, create, replay, rotate_secret, update};
+pub use writes::{EndpointWrite, create, delete, replay, rotate_secret, update};

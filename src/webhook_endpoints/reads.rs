@@ -1,4 +1,4 @@
-//! Reading and deleting endpoints, and listing their deliveries.
+//! Reading endpoints, and listing their deliveries.
 
 use super::endpoint::no_such_endpoint;
 use super::view;
@@ -36,22 +36,6 @@ pub async fn list(
         .ok_or_else(|| ApiError::unknown_cursor("webhook endpoint"))?;
     let (found, has_more) = crate::db::page(found, limit);
     Ok(view::render_list(&found, has_more))
-}
-
-pub async fn delete(state: &AppState, merchant: &Merchant, id: String) -> Result<String, ApiError> {
-    if !EndpointId::is_valid(&id) {
-        return Err(no_such_endpoint());
-    }
-    let (merchant_id, target) = (merchant.id.clone(), id.clone());
-    if !state
-        .db
-        .run(move |conn| rows::delete(conn, &merchant_id, &target))
-        .await?
-    {
-        return Err(no_such_endpoint());
-    }
-    tracing::info!(endpoint_id = %id, "webhook endpoint deleted");
-    Ok(view::render_deleted(&id))
 }
 
 pub async fn list_deliveries(

@@ -27,6 +27,11 @@ fn fingerprint<T: Serialize>(operation: &str, object_id: &str, canonical: &T) ->
     sha256_hex(format!("{operation}\n{object_id}\n{body}").as_bytes())
 }
 
+/// A delete's fingerprint: the operation and the endpoint (it has no body).
+pub fn delete_fingerprint(endpoint_id: &str) -> String {
+    fingerprint("delete", endpoint_id, &())
+}
+
 fn parse_url(object: &mut JsonObject, required: bool) -> Result<Option<EndpointUrl>, ApiError> {
     let text = if required {
         Some(object.required_string("url", EndpointUrl::MAX_LEN)?)

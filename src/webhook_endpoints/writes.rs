@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 
 use super::endpoint::{REPLAY_LIMIT, RESOURCE, no_such_endpoint};
-use super::request::{EndpointUpdate, NewEndpoint, Replay, ReplayScope, Rotation, url_error};
+use super::request::{
+    EndpointUpdate, NewEndpoint, Replay, ReplayScope, Rotation, delete_fingerprint, url_error,
+};
 use super::view;
 use crate::auth::Merchant;
 use crate::db::DbConnection;
@@ -24,6 +26,7 @@ const CREATE: &str = "POST /v1/webhook_endpoints";
 const UPDATE: &str = "POST /v1/webhook_endpoints/{id}";
 const ROTATE: &str = "POST /v1/webhook_endpoints/{id}/rotate_secret";
 const REPLAY: &str = "POST /v1/webhook_endpoints/{id}/replay";
+const DELETE: &str = "DELETE /v1/webhook_endpoints/{id}";
 
 /// What an endpoint request that only writes the database does.
 #[derive(Clone)]
@@ -32,6 +35,7 @@ pub enum EndpointWrite {
     Update { id: String, update: EndpointUpdate },
     Rotate { id: String, rotation: Rotation },
     Replay { id: String, replay: Replay },
+    Delete { id: String },
 }
 
 impl DbWork for EndpointWrite {
@@ -43,6 +47,7 @@ impl DbWork for EndpointWrite {
             Self::Update { id, update } => update_in(conn, merchant_id, id, update),
             Self::Rotate { id, rotation } => rotate_in(conn, merchant_id, id, rotation),
             Self::Replay { id, replay } => replay_in(conn, merchant_id, id, replay),
+            Self::Delete { id } => delete_in(conn, merchant_id, id),
         }
     }
 }
@@ -147,6 +152,38 @@ fn update_in(
     row.updated_at = now();
     rows::update(conn, &row)?;
     Ok(Answer::new(200, view::render(&row, false)))
+}
+
+/// Deletes the endpoint and its deliveries. The API's `DELETE` takes no key (`None`); the
+/// dashboard's form passes its own, so that a second submit of the form is the first one's
+/// replay (the same result) rather than a 404 for what it deleted itself.
+pub async fn delete(
+    state: &AppState,
+    merchant: &Merchant,
+    id: String,
+    key: Option<IdempotencyKey>,
+) -> Result<Answer, ApiError> {
+    if !EndpointId::is_valid(&id) {
+        return Err(no_such_endpoint());
+    }
+    let fingerprint = delete_fingerprint(&id);
+    write_once(
+        state,
+        merchant,
+        key,
+        DELETE,
+        fingerprint,
+        EndpointWrite::Delete { id },
+    )
+    .await
+}
+
+fn delete_in(conn: &mut DbConnection, merchant_id: &str, id: &str) -> Result<Answer, Refusal> {
+    if !rows::delete(conn, merchant_id, id)? {
+        return Err(Refusal::Api(no_such_endpoint()));
+    }
+    tracing::info!(endpoint_id = %id, "webhook endpoint deleted");
+    Ok(Answer::new(200, view::render_deleted(id)))
 }
 
 pub async fn rotate_secret(

@@ -35,6 +35,7 @@ async fn bad_requests_get_their_status_and_code_and_change_nothing() {
         ("repeated key", with(&[json_ct.clone(), key("a"), key("b")]), good.clone(), 400, "idempotency_key_invalid", None),
         ("text body", with(&[("Content-Type", "text/plain".into()), key("k1")]), good.clone(), 415, "unsupported_media_type", None),
         ("no content type", with(&[key("k1")]), good.clone(), 415, "unsupported_media_type", None),
+        ("two content types", with(&[json_ct.clone(), ("Content-Type", "text/plain".into()), key("k1")]), good.clone(), 415, "unsupported_media_type", None),
         ("compressed", with(&[json_ct.clone(), ("Content-Encoding", "gzip".into()), key("k1")]), good.clone(), 415, "unsupported_media_type", None),
         ("too large", with(&[json_ct.clone(), key("k1")]), vec![b' '; 64 * 1024 + 1], 413, "payload_too_large", None),
         ("not json", with(&[json_ct.clone(), key("k1")]), b"amount=100".to_vec(), 400, "invalid_request", None),

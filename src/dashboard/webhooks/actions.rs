@@ -226,9 +226,8 @@ pub async fn replay(
     .await
 }
 
-/// `POST /dashboard/webhooks/{id}/delete`: the API's delete (which takes no
-/// `Idempotency-Key`: a second submit finds nothing to delete and says so), once the
-/// confirmation box is ticked.
+/// `POST /dashboard/webhooks/{id}/delete`: the API's delete, under the form's key (a second
+/// submit of the form replays the first one's result), once the confirmation box is ticked.
 pub async fn delete(
     state: web::Data<AppState>,
     session: Session,
@@ -236,7 +235,7 @@ pub async fn delete(
     form: web::Form<WebhookForm>,
 ) -> HttpResponse {
     let form = form.into_inner();
-    let ran = run_action(session, &form, |session, _key| {
+    let ran = run_action(session, &form, |session, key| {
         let (state, form, id) = (&state, &form, path.as_str().to_owned());
         async move {
             if form.confirm != "yes" {
@@ -245,8 +244,7 @@ pub async fn delete(
                     "tick \u{201c}Yes, delete this endpoint and its deliveries\u{201d} to delete it",
                 ));
             }
-            let body = endpoints::delete(state, &session.merchant, id).await?;
-            Ok(Answer::new(200, body))
+            endpoints::delete(state, &session.merchant, id, Some(key)).await
         }
     })
     .await;

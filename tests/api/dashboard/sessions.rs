@@ -95,6 +95,33 @@ async fn a_sign_in_posted_from_another_site_opens_no_session() {
     assert_eq!(sessions(&app).await, 2);
 }
 
+/// Behind a proxy that ends TLS, the cookie is `Secure` when the proxy says the request came
+/// over https, however it spells the scheme; over plain http it is not (it could not be sent
+/// back).
+#[actix_web::test]
+async fn the_session_cookie_is_secure_when_the_request_came_over_https() {
+    let app = spawn_app().await;
+    for (header, value, secure) in [
+        ("X-Forwarded-Proto", "https", true),
+        ("X-Forwarded-Proto", "HTTPS", true),
+        ("Forwarded", "proto=https", true),
+        ("X-Forwarded-Proto", "http", false),
+    ] {
+        let mut visitor = Visitor::new(&app);
+        let signed_in = visitor.sign_in_with(&app.api_key, &[(header, value)]).await;
+        assert_eq!(signed_in.status, 303, "{}", signed_in.text());
+        let cookie = signed_in
+            .header("set-cookie")
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(
+            cookie.contains("; Secure"),
+            secure,
+            "{header}: {value}: {cookie}"
+        );
+    }
+}
+
 /// How many dashboard sessions `app` holds.
 async fn sessions(app: &crate::support::TestApp) -> i64 {
     use diesel::prelude::*;
@@ -121,21 +148,25 @@ async fn session_expiry(app: &crate::support::TestApp) -> payments_api::domain::
         .expect("one session")
 }
 
+/// The session ends a TTL after its last request, not after the last time its expiry was
+/// written: every request moves the expiry to its own time plus the TTL.
 #[actix_web::test]
-async fn reading_pages_does_not_write_the_session_each_time() {
-    // The default TTL (12 h) slides at most once a minute.
+async fn each_request_slides_the_session_from_its_own_time() {
+    use std::time::Duration;
     let app = spawn_app().await;
     let mut visitor = Visitor::new(&app);
     assert_eq!(visitor.sign_in(&app.api_key).await.status, 303);
-    let signed_in = session_expiry(&app).await;
+    let mut expiry = session_expiry(&app).await;
     for page in ["/dashboard", "/dashboard/payments", "/dashboard/events"] {
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(visitor.get(page).await.status, 200, "{page}");
+        let moved = session_expiry(&app).await;
+        assert!(
+            moved >= expiry + chrono::Duration::milliseconds(50),
+            "{page}: the expiry stayed at {expiry}, not 12 h after the request ({moved})"
+        );
+        expiry = moved;
     }
-    assert_eq!(
-        session_expiry(&app).await,
-        signed_in,
-        "pages read within a minute of signing in leave the session's row as it was"
-    );
 }
 
 #[actix_web::test]
