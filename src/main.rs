@@ -17,7 +17,7 @@ use payments_api::telemetry;
 /// once.
 ///
 /// Settings come from the environment (or a .env file): DATABASE_URL, BIND_ADDR,
-/// BOOTSTRAP_API_KEY, RATE_LIMIT_PER_SECOND, … (see the README). With no command, `serve`.
+/// BOOTSTRAP_API_KEY, RATE_LIMIT_PER_SECOND, … (see docs/settings.md). With no command, `serve`.
 #[derive(Parser)]
 #[command(name = "payments-api", version)]
 struct Cli {

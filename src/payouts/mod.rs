@@ -293,9 +293,7 @@ fn claim_payout(
         if claim.amount > available {
             let refusal = ApiError::InsufficientBalance(format!(
                 "the payout of {} is more than the {} {} available",
-                claim.amount,
-                available.max(0),
-                claim.currency
+                claim.amount, available, claim.currency
             ));
             let answer = Answer::refusal(&refusal);
             rows::reject(conn, &claim.id, i32::from(answer.status), &answer.body)?;
