@@ -85,7 +85,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .error_handler(|e, _| refused(e)),
             )
             .app_data(web::QueryConfig::default().error_handler(|e, _| refused(e)))
-            .wrap(from_fn(refuse_nul))
+            .wrap(from_fn(refuse_unreadable))
             .route("", page().to(overview::overview))
             .route("/", page().to(overview::overview))
             .route("/sign-in", web::post().to(session::sign_in))
@@ -144,15 +144,25 @@ fn refused(e: impl ResponseError + 'static) -> actix_web::Error {
     actix_web::error::InternalError::from_response(e, response).into()
 }
 
-/// An address holding a NUL (`%00`) is refused before any page reads it: no database column
-/// holds the character (PostgreSQL refuses it in text, which would look like an outage).
-async fn refuse_nul(
+/// Input no page can read, refused before any page reads it: an address holding a NUL
+/// (`%00`; no database column holds the character, and PostgreSQL refusing it in text would
+/// look like an outage), and a form sent compressed (`Content-Encoding`: it would be read as
+/// if it were not, as the API refuses it with 415).
+async fn refuse_unreadable(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
     let holds_nul = |raw: &str| raw.as_bytes().windows(3).any(|w| w == b"%00");
     if holds_nul(req.path()) || holds_nul(req.query_string()) {
         let response = layout::refused_input(400, "The address holds a NUL character");
+        return Ok(req.into_response(response).map_into_right_body());
+    }
+    let encoded = req
+        .headers()
+        .get_all(actix_web::http::header::CONTENT_ENCODING)
+        .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+    if encoded {
+        let response = layout::refused_input(415, "The form was sent compressed");
         return Ok(req.into_response(response).map_into_right_body());
     }
     next.call(req)

@@ -209,6 +209,17 @@ async fn input_no_page_can_take_is_refused_with_a_page_and_changes_nothing() {
             )
             .await,
     ];
+    // A form sent compressed would be read as if it were not: 415, as the API answers.
+    let compressed = visitor
+        .send(
+            "POST",
+            &refund,
+            Some(&[("csrf_token", &csrf), ("idempotency_key", &key)]),
+            &[("Content-Encoding", "gzip")],
+        )
+        .await;
+    assert_eq!(compressed.status, 415, "{}", compressed.text());
+    assert!(compressed.text().contains("nothing was done"));
     for answer in &answers {
         assert_eq!(answer.status, 400, "{}", answer.text());
         assert_eq!(
