@@ -5,13 +5,13 @@
 use actix_web::{HttpResponse, web};
 use serde::Deserialize;
 
-use super::format::parse_major;
+use super::format::{money, parse_major};
 use super::layout;
 use super::pages::render_payment;
 use super::session::{self, Session};
 use crate::disputes::request::DisputeEvidence;
 use crate::disputes::step::{close_dispute, update_dispute};
-use crate::domain::{DisputeId, IdempotencyKey, PaymentId};
+use crate::domain::{Amount, DisputeId, IdempotencyKey, PaymentId};
 use crate::error::ApiError;
 use crate::idempotency::Answer;
 use crate::payments::authorization::{self, NewCancel, NewCapture, Requested};
@@ -182,9 +182,20 @@ async fn perform(
     }
 }
 
-/// `{"amount": <minor units>}` from the form's major units, or `{}` when empty.
+/// `{"amount": <minor units>}` from the form's major units, or `{}` when empty. An amount
+/// out of what a payment moves is refused here, in the units the person typed.
 fn amount_body(amount: &str, currency: &str) -> Result<String, ApiError> {
     let amount = parse_major(amount, currency).map_err(|e| ApiError::invalid("amount", e))?;
+    if amount.is_some_and(|minor| !(Amount::MIN..=Amount::MAX).contains(&minor)) {
+        return Err(ApiError::invalid(
+            "amount",
+            format!(
+                "the amount must be from {} to {}",
+                money(Amount::MIN, currency),
+                money(Amount::MAX, currency)
+            ),
+        ));
+    }
     Ok(match amount {
         Some(amount) => serde_json::json!({"amount": amount}),
         None => serde_json::json!({}),
@@ -301,5 +312,27 @@ pub async fn pay_out(
             super::money_pages::render_balance(&state, &session, status, None, Some(&detail)).await
         }
         Acted::Answered(response) => response,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::amount_body;
+
+    #[test]
+    fn a_form_amount_is_read_and_bounded_in_major_units() {
+        assert_eq!(
+            amount_body("12.50", "usd").ok().as_deref(),
+            Some(r#"{"amount":1250}"#)
+        );
+        assert_eq!(amount_body("", "usd").ok().as_deref(), Some("{}"));
+        for (typed, currency, range) in [
+            ("999999999999.99", "usd", "from 0.01 USD to 999999.99 USD"),
+            ("0", "usd", "from 0.01 USD to 999999.99 USD"),
+            ("100000000", "jpy", "from 1 JPY to 99999999 JPY"),
+        ] {
+            let refused = amount_body(typed, currency).expect_err("out of range");
+            assert!(refused.to_string().contains(range), "{typed}: {refused}");
+        }
     }
 }
