@@ -143,26 +143,34 @@ pub fn load_dotenv() -> Result<(), String> {
     }
 }
 
+/// A setting from the process environment, `None` when unset. A value that is not UTF-8 is
+/// a bad value, named as the others are, not an unset one (which would start the program on
+/// the default in its place). The service's settings and `provider-sim`'s read it.
+pub fn env_var(name: &'static str) -> Result<Option<String>, ConfigError> {
+    match std::env::var(name) {
+        Ok(value) => Ok(Some(value)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::new(
+            name,
+            "expected UTF-8 text, got other bytes",
+        )),
+    }
+}
+
 impl Settings {
-    /// A value that is not UTF-8 is a bad value, named as the others are, not an unset one
-    /// (which would start the service on the default in its place).
+    /// The settings from the process environment, each read by [`env_var`] (so a value
+    /// that is not UTF-8 stops the start, named).
     pub fn from_env() -> Result<Self, ConfigError> {
-        let not_utf8 = std::cell::Cell::new(None);
-        let settings = Self::from_lookup(|name| match std::env::var(name) {
-            Ok(value) => Some(value),
-            Err(std::env::VarError::NotPresent) => None,
-            Err(std::env::VarError::NotUnicode(_)) => {
-                not_utf8.set(not_utf8.get().or(Some(name)));
+        // The first bad value is the error, whatever the lookup made of the rest.
+        let bad = std::cell::Cell::new(None);
+        let settings = Self::from_lookup(|name| {
+            env_var(name).unwrap_or_else(|e| {
+                let first = bad.take().unwrap_or(e);
+                bad.set(Some(first));
                 None
-            }
+            })
         });
-        match not_utf8.get() {
-            Some(name) => Err(ConfigError::new(
-                name,
-                "expected UTF-8 text, got other bytes",
-            )),
-            None => settings,
-        }
+        bad.into_inner().map_or(settings, Err)
     }
 
     /// Reads settings through `lookup`, so tests can check validation without touching

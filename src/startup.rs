@@ -79,19 +79,17 @@ pub enum Schema {
 pub fn open_database(settings: &Settings, schema: Schema) -> Result<Db, StartupError> {
     let target = DatabaseTarget::parse(&settings.database_url)
         .map_err(|why| crate::config::ConfigError::new("DATABASE_URL", why))?;
+    // Named by the setting to look at (libpq's messages end in a line break).
+    let named = |e: String| StartupError::Database(format!("DATABASE_URL: {}", e.trim_end()));
     let pool = db::pool::build_pool(
         target.clone(),
         settings.database_pool_size,
         settings.database_prepared_statements,
     )
-    .map_err(|e| StartupError::Database(format!("DATABASE_URL: {}", e.trim_end())))?;
-    let mut conn = pool.get().map_err(|e| {
-        let cause = e.to_string();
-        StartupError::Database(format!(
-            "DATABASE_URL: cannot connect to the database: {}",
-            cause.trim_end()
-        ))
-    })?;
+    .map_err(named)?;
+    let mut conn = pool
+        .get()
+        .map_err(|e| named(format!("cannot connect to the database: {e}")))?;
     match schema {
         Schema::Migrate => db::migrate::run_migrations(&mut conn),
         Schema::AsItIs => db::migrate::check_current(&mut conn),

@@ -13,12 +13,11 @@ use payments_api::telemetry;
 
 /// A setting's value (none: unset or blank). One that is not UTF-8 is a bad value, which
 /// stops the start like the others, rather than an unset one.
-fn setting(name: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(value) => Some(value).filter(|v| !v.trim().is_empty()),
-        Err(std::env::VarError::NotPresent) => None,
-        Err(std::env::VarError::NotUnicode(_)) => {
-            eprintln!("provider-sim: invalid value for {name}: expected UTF-8 text");
+fn setting(name: &'static str) -> Option<String> {
+    match payments_api::config::env_var(name) {
+        Ok(value) => value.filter(|v| !v.trim().is_empty()),
+        Err(bad) => {
+            eprintln!("provider-sim: {bad}");
             std::process::exit(2)
         }
     }

@@ -186,7 +186,7 @@ async fn perform(
 /// out of what a payment moves is refused here, in the units the person typed.
 fn amount_body(amount: &str, currency: &str) -> Result<String, ApiError> {
     let amount = parse_major(amount, currency).map_err(|e| ApiError::invalid("amount", e))?;
-    if amount.is_some_and(|minor| !(Amount::MIN..=Amount::MAX).contains(&minor)) {
+    if amount.is_some_and(|minor| Amount::parse(minor).is_err()) {
         return Err(ApiError::invalid(
             "amount",
             format!(

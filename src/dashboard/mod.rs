@@ -157,11 +157,7 @@ async fn refuse_unreadable(
         let response = layout::refused_input(400, "The address holds a NUL character");
         return Ok(req.into_response(response).map_into_right_body());
     }
-    let encoded = req
-        .headers()
-        .get_all(actix_web::http::header::CONTENT_ENCODING)
-        .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
-    if encoded {
+    if crate::routes::input::content_encoded(req.request()) {
         let response = layout::refused_input(415, "The form was sent compressed");
         return Ok(req.into_response(response).map_into_right_body());
     }

@@ -6,6 +6,7 @@ use actix_web::http::header;
 use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use futures_util::future::LocalBoxFuture;
 
+use super::input::header_once;
 use crate::auth::Merchant;
 use crate::db::merchants::{find_by_api_key, hash_api_key};
 use crate::error::ApiError;
@@ -22,11 +23,10 @@ pub struct Authenticated(pub Merchant);
 /// The request's one bearer token. Two `Authorization` headers name no one key: none (401),
 /// as two `Idempotency-Key` headers name no key (400).
 fn bearer_token(req: &HttpRequest) -> Option<String> {
-    let mut values = req.headers().get_all(header::AUTHORIZATION);
-    let value = values.next()?.to_str().ok()?;
-    if values.next().is_some() {
-        return None;
-    }
+    let value = header_once(req, header::AUTHORIZATION.as_str())
+        .ok()??
+        .to_str()
+        .ok()?;
     let (scheme, token) = value.trim().split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_owned())

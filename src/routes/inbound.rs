@@ -3,7 +3,7 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 
-use super::input::read_body;
+use super::input::{Repeated, header_once, read_body};
 use crate::error::ApiError;
 use crate::inbound::{self, SignedHeaders};
 use crate::state::AppState;
@@ -100,16 +100,12 @@ pub struct Received {
 
 /// A header sent at most once, as text; repeated or not visible ASCII is malformed (401).
 fn single_header<'a>(req: &'a HttpRequest, name: &str) -> Result<Option<&'a str>, ApiError> {
-    let mut values = req.headers().get_all(name);
-    let Some(first) = values.next() else {
+    let Some(value) = header_once(req, name)
+        .map_err(|Repeated| ApiError::InvalidSignature("each webhook header must be sent once"))?
+    else {
         return Ok(None);
     };
-    if values.next().is_some() {
-        return Err(ApiError::InvalidSignature(
-            "each webhook header must be sent once",
-        ));
-    }
-    first
+    value
         .to_str()
         .map(Some)
         .map_err(|_| ApiError::InvalidSignature("webhook headers must be visible ASCII"))

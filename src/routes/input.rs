@@ -18,17 +18,42 @@ use crate::state::AppState;
 
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
+/// A header sent more than once: it names no one value (two keys, two content types).
+pub struct Repeated;
+
+/// The one value of header `name`, if sent; [`Repeated`] if sent more than once. Each
+/// caller answers a repetition its own way (400 for a key, 401 for credentials, 415 for a
+/// content type).
+pub fn header_once<'a>(
+    req: &'a HttpRequest,
+    name: &str,
+) -> Result<Option<&'a header::HeaderValue>, Repeated> {
+    let mut values = req.headers().get_all(name);
+    let first = values.next();
+    match values.next() {
+        Some(_) => Err(Repeated),
+        None => Ok(first),
+    }
+}
+
+/// Whether the body is content-encoded (compressed): any `Content-Encoding` but
+/// `identity`. Neither a JSON body nor a form is read as sent then.
+pub fn content_encoded(req: &HttpRequest) -> bool {
+    req.headers()
+        .get_all(header::CONTENT_ENCODING)
+        .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"))
+}
+
 /// The body of a JSON POST, read up to the limit: 415 for another content type (or two), 413
 /// beyond 64 KiB (checked on `Content-Length` first, then on what actually arrives).
 pub async fn read_json_body(
     req: &HttpRequest,
     payload: web::Payload,
 ) -> Result<web::Bytes, ApiError> {
-    // Two content types name no one type (as two keys name no one key): 415.
-    let mut content_types = req.headers().get_all(header::CONTENT_TYPE);
-    let content_type = content_types
-        .next()
-        .filter(|_| content_types.next().is_none())
+    // Two content types name no one type: 415.
+    let content_type = header_once(req, header::CONTENT_TYPE.as_str())
+        .ok()
+        .flatten()
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let essence = content_type.split(';').next().unwrap_or("").trim();
@@ -89,11 +114,7 @@ pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10)
 /// use it directly: their signature covers the exact bytes, which must not be looked at
 /// before it is checked.
 pub async fn read_body(req: &HttpRequest, payload: web::Payload) -> Result<web::Bytes, ApiError> {
-    let encoded = req
-        .headers()
-        .get(header::CONTENT_ENCODING)
-        .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
-    if encoded {
+    if content_encoded(req) {
         return Err(ApiError::UnsupportedMediaType);
     }
     match actix_web::rt::time::timeout(BODY_TIMEOUT, read_within_limit(req, payload)).await {
@@ -158,14 +179,10 @@ pub fn sent_unless_replayed(
 
 /// The `Idempotency-Key` header of a POST that requires one.
 pub fn idempotency_key(req: &HttpRequest) -> Result<IdempotencyKey, ApiError> {
-    let mut values = req.headers().get_all("idempotency-key");
-    let first = values.next().ok_or(ApiError::IdempotencyKeyMissing)?;
-    if values.next().is_some() {
-        return Err(ApiError::IdempotencyKeyInvalid(
-            "Idempotency-Key must be sent once",
-        ));
-    }
-    IdempotencyKey::parse(first.as_bytes()).map_err(ApiError::IdempotencyKeyInvalid)
+    let value = header_once(req, "idempotency-key")
+        .map_err(|Repeated| ApiError::IdempotencyKeyInvalid("Idempotency-Key must be sent once"))?
+        .ok_or(ApiError::IdempotencyKeyMissing)?;
+    IdempotencyKey::parse(value.as_bytes()).map_err(ApiError::IdempotencyKeyInvalid)
 }
 
 /// Query parameters, each allowed at most once; unknown ones are refused.
