@@ -117,15 +117,14 @@ async fn claim_or_follow<O: Operation>(
             metrics::idempotency(resource, IdempotencyOutcome::Created);
             tracing::info!(id = %row.record_id(), "{resource} claimed");
             let token = row.lease_token().unwrap_or_default().to_owned();
-            let driven = drive_detached::<O>(state, row, token, call, request);
-            // The request that claimed the key is the first to answer it, even if another
-            // path (a webhook) stored its final answer first: no replay to it.
-            Either::Left(async move {
-                driven.await.map(|answer| Answer {
-                    replayed: false,
-                    ..answer
-                })
-            })
+            Either::Left(drive_detached::<O>(
+                state,
+                row,
+                token,
+                call,
+                request,
+                Driver::Claimant,
+            ))
         }
         Ok(Claimed::Answered(answer)) => {
             metrics::idempotency(resource, IdempotencyOutcome::Created);
@@ -211,6 +210,29 @@ async fn follow_existing<O: Operation>(
     }
 }
 
+/// Who drives a row, which decides whether an answer another path stored first is a replay
+/// to it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Driver {
+    /// The request that claimed the key: the first to answer it, even if another path (a
+    /// webhook) stored its final answer first, so never a replay.
+    Claimant,
+    /// A duplicate or the recovery worker that took the row over: an answer stored first by
+    /// another path (the request that claimed it, a webhook) is that path's, a replay.
+    TookOver,
+}
+
+impl Driver {
+    /// The answer to this driver: `stored_here` says whether its own finish stored it.
+    fn answer(self, answer: Answer, stored_here: bool) -> Answer {
+        if stored_here || self == Self::Claimant {
+            answer
+        } else {
+            answer.replayed()
+        }
+    }
+}
+
 /// Drives a row whose lease this caller has just taken.
 pub(super) async fn resume_owned<O: Operation>(
     state: &AppState,
@@ -222,7 +244,7 @@ pub(super) async fn resume_owned<O: Operation>(
         let row = row.clone();
         state.db.run(move |conn| O::call_for(conn, &row)).await?
     };
-    drive_detached::<O>(state, row, token, call, request).await
+    drive_detached::<O>(state, row, token, call, request, Driver::TookOver).await
 }
 
 /// Runs the provider call on its own task, so that a client hanging up mid-request does
@@ -235,6 +257,7 @@ fn drive_detached<O: Operation>(
     token: String,
     call: O::Call,
     request: Option<RequestRef>,
+    driver: Driver,
 ) -> impl Future<Output = Result<Answer, ApiError>> + 'static {
     let task = actix_web::rt::spawn(drive::<O>(
         state.clone(),
@@ -242,6 +265,7 @@ fn drive_detached<O: Operation>(
         token,
         call,
         request,
+        driver,
     ));
     async move {
         task.await
@@ -258,6 +282,7 @@ async fn drive<O: Operation>(
     token: String,
     call: O::Call,
     request: Option<RequestRef>,
+    driver: Driver,
 ) -> Result<Answer, ApiError> {
     let state = &state;
     let resource = O::resource(&row);
@@ -271,6 +296,7 @@ async fn drive<O: Operation>(
                 (*row).clone(),
                 outcome.clone(),
                 request.clone(),
+                driver,
             ))
             .await
             {
@@ -282,7 +308,13 @@ async fn drive<O: Operation>(
                     actix_web::rt::spawn(async move {
                         let lease = state.settings.processing_lease;
                         store_when_possible(id, lease, || {
-                            finish::<O>(&state, (*row).clone(), outcome.clone(), request.clone())
+                            finish::<O>(
+                                &state,
+                                (*row).clone(),
+                                outcome.clone(),
+                                request.clone(),
+                                driver,
+                            )
                         })
                         .await
                     });
@@ -293,11 +325,11 @@ async fn drive<O: Operation>(
         }
         Ok(Called::Pending(provider_ref)) => {
             tracing::info!(id = %row.record_id(), provider_ref, "{resource} pending at the provider");
-            Box::pin(release::<O>(state, *row, token, provider_ref)).await?
+            Box::pin(release::<O>(state, *row, token, provider_ref, driver)).await?
         }
         Err(unknown) => {
             tracing::warn!(id = %row.record_id(), error = %unknown, "{resource} outcome unknown");
-            Box::pin(release::<O>(state, *row, token, None)).await?
+            Box::pin(release::<O>(state, *row, token, None, driver)).await?
         }
     };
     inflight.settle(&answer);
@@ -305,14 +337,14 @@ async fn drive<O: Operation>(
 }
 
 /// Records a final provider answer. If another path (a webhook, another instance) finished
-/// the row first, its stored answer is the answer, marked as a replay: to a duplicate that
-/// took the row over, the first final answer was that path's (the request that claimed the
-/// key answers it unmarked, see [`drive`]).
+/// the row first, its stored answer is the answer, a replay to a driver that took the row
+/// over ([`Driver`]).
 fn finish<O: Operation>(
     state: &AppState,
     row: O::Row,
     outcome: O::Outcome,
     request: Option<RequestRef>,
+    driver: Driver,
 ) -> impl Future<Output = Result<Answer, ApiError>> + 'static {
     let state = state.clone();
     async move {
@@ -325,7 +357,7 @@ fn finish<O: Operation>(
         let answer = finished
             .stored_answer()
             .ok_or_else(|| ApiError::internal("operation not final after finishing"))?;
-        Ok(if ours { answer } else { answer.replayed() })
+        Ok(driver.answer(answer, ours))
     }
 }
 
@@ -338,6 +370,7 @@ async fn release<O: Operation>(
     row: O::Row,
     token: String,
     provider_ref: Option<String>,
+    driver: Driver,
 ) -> Result<Answer, ApiError> {
     let mut row = row;
     let answer = state
@@ -345,14 +378,14 @@ async fn release<O: Operation>(
         .run(move |conn| {
             let ours = row.release(conn, &token, provider_ref.as_deref(), now())?;
             let body = O::render_unfinished(conn, &row)?;
-            // Not ours: someone else had the row meanwhile, and may have finished it (a
-            // replay, as in `finish`).
+            // Not ours: someone else had the row meanwhile, and may have finished it (its
+            // answer, as in `finish`).
             let finished = if ours {
                 None
             } else {
                 row.reload(conn)?
                     .and_then(|now| now.stored_answer())
-                    .map(Answer::replayed)
+                    .map(|answer| driver.answer(answer, false))
             };
             Ok(finished.unwrap_or_else(|| Answer::new(202, body)))
         })
