@@ -338,6 +338,19 @@ async fn a_submit_that_ends_after_the_dispute_was_decided_marks_it_updated() {
     assert_eq!(app.get(&path).await.json(), after);
     assert_eq!(app.events_about("dispute.closed", id).await.len(), 1);
     assert_eq!(app.events_about("dispute.updated", id).await.len(), 0);
+    // The money moved once each way: the dispute, and its reversal when won.
+    assert_eq!(
+        app.simulator.disputes.calls(),
+        1,
+        "one submit at the provider"
+    );
+    assert_eq!(
+        app.movements(id).await,
+        [
+            ("dispute".to_owned(), -1500, DISPUTE_FEE),
+            ("dispute_reversal".to_owned(), 1500, 0)
+        ]
+    );
 }
 
 /// A paid payment, and a dispute of `amount` on it opened by the provider's webhook (for a
