@@ -184,6 +184,15 @@ pub fn refused_input(status: u16, detail: &str) -> HttpResponse {
     )
 }
 
+/// A list asked for by a filter value that names nothing it can hold (an address edited by
+/// hand): 400, rather than the whole list as if no filter had been asked for.
+pub fn unknown_filter(name: &str, value: &str) -> HttpResponse {
+    refused_input(
+        400,
+        &format!("{name} {value:?} is not one this list can be filtered by"),
+    )
+}
+
 /// The database cannot be reached.
 pub fn unavailable() -> HttpResponse {
     page(

@@ -70,7 +70,13 @@ pub async fn payments(
             Err(_) => layout::unavailable(),
         };
     }
-    let status = non_empty(&query.status).filter(|s| PaymentStatus::parse(s).is_some());
+    let status = non_empty(&query.status);
+    if let Some(unknown) = status
+        .as_deref()
+        .filter(|s| PaymentStatus::parse(s).is_none())
+    {
+        return layout::unknown_filter("status", unknown);
+    }
     let customer = non_empty(&query.customer);
     let (from, to) = (non_empty(&query.from), non_empty(&query.to));
     let day = |text: &Option<String>| match text {

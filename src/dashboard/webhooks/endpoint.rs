@@ -21,6 +21,13 @@ impl Deliveries {
         self.status.as_deref().and_then(DeliveryStatus::parse)
     }
 
+    /// The status filter, when it names none.
+    fn unknown_status(&self) -> Option<&str> {
+        self.status
+            .as_deref()
+            .filter(|s| !s.is_empty() && DeliveryStatus::parse(s).is_none())
+    }
+
     /// The cursor, when it is a delivery id.
     fn cursor(&self) -> Option<String> {
         self.starting_after
@@ -43,6 +50,9 @@ pub async fn endpoint(
         _ => html! {},
     };
     let query = Deliveries::of(&req);
+    if let Some(unknown) = query.unknown_status() {
+        return layout::unknown_filter("status", unknown);
+    }
     render_endpoint(&state, &session, &path, &query, 200, top, None).await
 }
 

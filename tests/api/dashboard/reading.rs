@@ -195,3 +195,51 @@ async fn the_overview_counts_the_payments_of_each_of_the_last_30_days() {
         "a day beyond the 30 is not drawn"
     );
 }
+
+#[actix_web::test]
+async fn a_filter_that_names_nothing_is_refused_rather_than_ignored() {
+    let app = spawn_app_with(|s| s.webhook_allow_private_urls = true).await;
+    let ok = Receiver::always(200).await;
+    let (endpoint, _) = app.create_endpoint(&ok.url, &["*"]).await;
+    let payment = app.paid_payment(1000).await;
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(&app.api_key).await;
+
+    for (known, unknown) in [
+        (
+            "/dashboard/payments?status=succeeded",
+            "/dashboard/payments?status=bogus",
+        ),
+        (
+            "/dashboard/events?type=payment.succeeded",
+            "/dashboard/events?type=payment.bogus",
+        ),
+    ] {
+        let shown = visitor.get(known).await;
+        assert_eq!(shown.status, 200, "{known}");
+        assert!(shown.text().contains(&payment), "{known} shows the payment");
+        let refused = visitor.get(unknown).await;
+        assert_eq!(refused.status, 400, "{unknown}");
+        assert!(
+            refused.text().contains("bogus"),
+            "{unknown} names the value"
+        );
+        assert!(
+            !refused.text().contains(&payment),
+            "{unknown} lists nothing, as if unfiltered"
+        );
+    }
+    // An empty value is the form's "any".
+    assert_eq!(visitor.get("/dashboard/payments?status=").await.status, 200);
+    assert_eq!(visitor.get("/dashboard/events?type=").await.status, 200);
+
+    let page = format!("/dashboard/webhooks/{endpoint}");
+    assert_eq!(
+        visitor.get(&format!("{page}?status=failed")).await.status,
+        200
+    );
+    assert_eq!(visitor.get(&format!("{page}?status=")).await.status, 200);
+    let refused = visitor.get(&format!("{page}?status=lost")).await;
+    assert_eq!(refused.status, 400);
+    assert!(refused.text().contains("lost"));
+}
