@@ -13,7 +13,8 @@
 //!
 //! The lease outlasts the longest attempt, so across instances a delivery has at most one
 //! attempt in flight; a worker killed mid-attempt leaves a lease that runs out, and the
-//! delivery is attempted again (same `webhook-id`): at least once, through anything.
+//! delivery is attempted again (same `webhook-id`): at least once, through anything. A
+//! stopped worker (SIGTERM) starts no attempt and waits for those in flight to be recorded.
 //! Bounded slots per endpoint and in total keep a hanging endpoint from delaying others.
 
 pub mod attempt;
@@ -78,6 +79,12 @@ async fn run(state: AppState, stop: Shutdown) {
             (due - now()).to_std().unwrap_or(Duration::ZERO)
         });
         next_pass = Instant::now() + until_due.min(POLL_INTERVAL);
+    }
+    // Stopping: no attempt is started any more, and those in flight end and are recorded
+    // (within the shutdown's grace), so a restart does not send them again once their
+    // leases run out. A slot given back wakes this loop.
+    while !slots.per_endpoint.borrow().is_empty() {
+        slots.wake.notified().await;
     }
 }
 

@@ -62,34 +62,9 @@ async fn a_delivery_in_flight_when_the_instance_is_killed_arrives_after_the_rest
     })
     .await;
     let (_database, url) = TestDatabase::create();
-    let key = "sk_test_kill9_deliveries_000001".to_owned();
-    let env = [
-        ("DATABASE_URL", url),
-        ("BOOTSTRAP_API_KEY", key.clone()),
-        ("WEBHOOK_ALLOW_PRIVATE_URLS", "true".to_owned()),
-        ("WEBHOOK_TIMEOUT_MS", "2000".to_owned()),
-    ];
+    let env = process_env(url, "sk_test_kill9_deliveries_000001");
     let mut service = crate::support::ServiceProcess::start(&env).await;
-    let client = test_client();
-    let auth = format!("Bearer {key}");
-    let created: Value = client
-        .post(format!("{}/v1/webhook_endpoints", service.address))
-        .insert_header(("Authorization", auth.clone()))
-        .send_json(&json!({"url": receiver.url, "enabled_events": ["*"]}))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let endpoint_id = created["id"].as_str().unwrap().to_owned();
-    let paid = client
-        .post(format!("{}/v1/payments", service.address))
-        .insert_header(("Authorization", auth.clone()))
-        .insert_header(("Idempotency-Key", "kill9-delivery"))
-        .send_json(&visa(3300))
-        .await
-        .unwrap();
-    assert_eq!(paid.status(), 201);
+    let endpoint_id = endpoint_and_payment(&service.address, &env, &receiver.url).await;
     let first = receiver
         .wait_for("the first attempt", |r| r.len() == 1)
         .await;
@@ -106,26 +81,96 @@ async fn a_delivery_in_flight_when_the_instance_is_killed_arrives_after_the_rest
     assert_eq!(received[1].body, first[0].body);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let deliveries: Value = client
-            .get(format!(
-                "{}/v1/webhook_endpoints/{endpoint_id}/deliveries",
-                restarted.address
-            ))
-            .insert_header(("Authorization", auth.clone()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let data = deliveries["data"].as_array().unwrap();
-        assert_eq!(data.len(), 1, "{deliveries}");
-        if data[0]["status"] == "succeeded" {
+        let deliveries = deliveries_of(&restarted.address, &env, &endpoint_id).await;
+        if deliveries[0]["status"] == "succeeded" {
             break;
         }
-        assert!(Instant::now() < deadline, "{deliveries}");
+        assert!(Instant::now() < deadline, "{deliveries:?}");
         actix_web::rt::time::sleep(MS(100)).await;
     }
+}
+
+#[actix_web::test]
+async fn sigterm_lets_an_attempt_in_flight_end_and_records_it() {
+    let receiver = Receiver::start(|_, _| Reply::status(200).after(MS(1500))).await;
+    let (_database, url) = TestDatabase::create();
+    let env = process_env(url, "sk_test_sigterm_deliveries_00001");
+    let mut service = crate::support::ServiceProcess::start(&env).await;
+    let endpoint_id = endpoint_and_payment(&service.address, &env, &receiver.url).await;
+    receiver.wait_for("the attempt", |r| r.len() == 1).await;
+    let exited = service.terminate().await;
+    assert!(exited.success(), "{exited:?}");
+    assert!(
+        receiver.received()[0].answered.is_some(),
+        "the receiver answered before the process exited"
+    );
+    // Recorded before the exit: nothing is left for a lease to run out on and be sent again.
+    let restarted = crate::support::ServiceProcess::start(&env).await;
+    let deliveries = deliveries_of(&restarted.address, &env, &endpoint_id).await;
+    assert_eq!(deliveries[0]["status"], "succeeded", "{deliveries:?}");
+    assert_eq!(deliveries[0]["attempts"], 1, "{deliveries:?}");
+    assert_eq!(deliveries[0]["last_attempt"]["status_code"], 200);
+    assert_eq!(receiver.received().len(), 1);
+}
+
+/// The real binary's settings for the tests above: a 2 s attempt timeout, so a lease left
+/// by a killed process runs out within the test.
+fn process_env(url: String, key: &str) -> [(&'static str, String); 4] {
+    [
+        ("DATABASE_URL", url),
+        ("BOOTSTRAP_API_KEY", key.to_owned()),
+        ("WEBHOOK_ALLOW_PRIVATE_URLS", "true".to_owned()),
+        ("WEBHOOK_TIMEOUT_MS", "2000".to_owned()),
+    ]
+}
+
+fn bearer(env: &[(&str, String)]) -> String {
+    let key = env.iter().find(|(name, _)| *name == "BOOTSTRAP_API_KEY");
+    format!(
+        "Bearer {}",
+        key.map(|(_, k)| k.as_str()).unwrap_or_default()
+    )
+}
+
+/// An endpoint for every event at `receiver`, then one paid payment; the endpoint's id.
+async fn endpoint_and_payment(address: &str, env: &[(&str, String)], receiver: &str) -> String {
+    let client = test_client();
+    let created: Value = client
+        .post(format!("{address}/v1/webhook_endpoints"))
+        .insert_header(("Authorization", bearer(env)))
+        .send_json(&json!({"url": receiver, "enabled_events": ["*"]}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let paid = client
+        .post(format!("{address}/v1/payments"))
+        .insert_header(("Authorization", bearer(env)))
+        .insert_header(("Idempotency-Key", "process-delivery"))
+        .send_json(&visa(3300))
+        .await
+        .unwrap();
+    assert_eq!(paid.status(), 201);
+    created["id"].as_str().unwrap().to_owned()
+}
+
+/// The endpoint's one delivery list (exactly one delivery: the payment's event).
+async fn deliveries_of(address: &str, env: &[(&str, String)], endpoint_id: &str) -> Vec<Value> {
+    let deliveries: Value = test_client()
+        .get(format!(
+            "{address}/v1/webhook_endpoints/{endpoint_id}/deliveries"
+        ))
+        .insert_header(("Authorization", bearer(env)))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let data = deliveries["data"].as_array().cloned().unwrap_or_default();
+    assert_eq!(data.len(), 1, "{deliveries}");
+    data
 }
 
 #[actix_web::test]

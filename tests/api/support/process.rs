@@ -53,6 +53,24 @@ impl ServiceProcess {
         Self { child, address }
     }
 
+    /// SIGTERM, then waits (up to 60 s) for the process to exit.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(sent.is_ok_and(|s| s.success()), "SIGTERM sent");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "still running 60 s after SIGTERM"
+            );
+            actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub fn kill_9(&mut self) {
         let _ = self.child.kill(); // SIGKILL: no shutdown, no cleanup
         let _ = self.child.wait();
