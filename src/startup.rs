@@ -406,7 +406,8 @@ fn in_process_provider(
     simulator: Arc<Simulator>,
     local_addr: std::net::SocketAddr,
 ) -> InProcessProvider {
-    let in_process = InProcessProvider::new(simulator, settings.provider_latency);
+    let in_process = InProcessProvider::new(simulator, settings.provider_latency)
+        .with_timeout(settings.provider_timeout, settings.provider_max_attempts);
     match settings
         .webhook_secrets
         .first()

@@ -12,10 +12,11 @@ use serde::de::DeserializeOwned;
 
 use crate::tls::ClientTls;
 
+use super::attempts::{Attempt, attempts, no_answer_within};
 use super::protocol::{
-    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, DisputeStepRequest, OutcomeUnknown,
-    PaymentProvider, PayoutRequest, ProviderDispute, ProviderError, ProviderPayout, ProviderRefund,
-    RefundRequest, SettlementPage, SettlementQuery,
+    CaptureRequest, Charge, ChargeRequest, ChargeUpdate, DisputeStepRequest, PaymentProvider,
+    PayoutRequest, ProviderDispute, ProviderError, ProviderPayout, ProviderRefund, RefundRequest,
+    SettlementPage, SettlementQuery,
 };
 use crate::domain::format_timestamp;
 
@@ -24,15 +25,6 @@ pub struct HttpProvider {
     timeout: Duration,
     max_attempts: u32,
     tls: ClientTls,
-}
-
-/// Backoff before attempt `n + 1`: uniformly random in [0, min(cap, base · 2ⁿ)].
-fn backoff(attempt: u32) -> Duration {
-    const BASE_MS: u64 = 100;
-    const CAP_MS: u64 = 2_000;
-    let ceiling = BASE_MS.saturating_mul(1u64 << attempt.min(16)).min(CAP_MS);
-    let random = (uuid::Uuid::new_v4().as_u128() >> 64) as u64;
-    Duration::from_millis(random % (ceiling + 1))
 }
 
 thread_local! {
@@ -66,16 +58,6 @@ fn client(tls: &ClientTls) -> awc::Client {
 
 /// Sends one attempt of a request to a URL.
 type Send<'a> = dyn Fn(&awc::Client, &str) -> awc::SendClientRequest + 'a;
-
-enum Attempt<T> {
-    Done(T),
-    /// Worth another attempt: the request may not have arrived, or the provider failed.
-    Retry(String),
-    /// Another attempt would get the same answer.
-    GiveUp(String),
-    /// A 4xx: the provider refused the operation, final, nothing moved.
-    Refused(String),
-}
 
 impl HttpProvider {
     /// The provider at `base_url`; an `https` one is verified with `tls`.
@@ -121,7 +103,7 @@ impl HttpProvider {
         match actix_web::rt::time::timeout(self.timeout, exchange).await {
             Ok(Ok(value)) => Attempt::Done(value),
             Ok(Err(attempt)) => attempt,
-            Err(_) => Attempt::Retry(format!("no answer within {} ms", self.timeout.as_millis())),
+            Err(_) => Attempt::Retry(no_answer_within(self.timeout)),
         }
     }
 
@@ -155,25 +137,7 @@ impl HttpProvider {
         path: &str,
         send: &Send<'_>,
     ) -> Result<T, ProviderError> {
-        let mut last = String::new();
-        for attempt in 0..self.max_attempts {
-            if attempt > 0 {
-                actix_web::rt::time::sleep(backoff(attempt - 1)).await;
-            }
-            match self.attempt(path, send).await {
-                Attempt::Done(value) => return Ok(value),
-                Attempt::Retry(why) => {
-                    tracing::warn!(path, attempt = attempt + 1, reason = %why, "provider attempt failed");
-                    last = why;
-                }
-                Attempt::GiveUp(why) => {
-                    tracing::error!(path, reason = %why, "provider call failed");
-                    return Err(OutcomeUnknown(why).into());
-                }
-                Attempt::Refused(why) => return Err(ProviderError::Refused(why)),
-            }
-        }
-        Err(OutcomeUnknown(last).into())
+        attempts(path, self.max_attempts, || self.attempt(path, send)).await
     }
 }
 
@@ -284,8 +248,7 @@ impl PaymentProvider for HttpProvider {
 
 #[cfg(test)]
 mod tests {
-    use super::{backoff, object_path};
-    use std::time::Duration;
+    use super::object_path;
 
     #[test]
     fn a_charge_id_is_one_path_segment() {
@@ -297,17 +260,5 @@ mod tests {
             object_path("charges", "ch_a b/c?d#é", "cancel"),
             "/v1/charges/ch_a%20b%2Fc%3Fd%23%C3%A9/cancel"
         );
-    }
-
-    #[test]
-    fn backoff_is_jittered_under_an_exponential_cap() {
-        for attempt in 0..10 {
-            let cap = Duration::from_millis((100u64 << attempt).min(2000));
-            for _ in 0..50 {
-                assert!(backoff(attempt) <= cap);
-            }
-        }
-        let samples: std::collections::HashSet<Duration> = (0..50).map(|_| backoff(5)).collect();
-        assert!(samples.len() > 1, "full jitter varies");
     }
 }

@@ -2,6 +2,7 @@
 //! sit the in-process simulator (the default, in [`sim`]) and, with `PROVIDER_URL`, the HTTP
 //! client, either one counted and timed by [`MeteredProvider`].
 
+pub(crate) mod attempts;
 mod http;
 mod metered;
 mod protocol;

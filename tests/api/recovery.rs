@@ -9,8 +9,8 @@ use futures_util::future::join_all;
 use serde_json::Value;
 
 use crate::support::{
-    ServiceProcess, TestDatabase, assert_holds_for, spawn_app_with_provider, spawn_cluster,
-    spawn_provider, test_client, visa, wait_until,
+    ServiceProcess, TestDatabase, assert_holds_for, spawn_app_with, spawn_app_with_provider,
+    spawn_cluster, spawn_provider, test_client, visa, wait_until,
 };
 
 #[actix_web::test]
@@ -188,6 +188,27 @@ async fn every_answer_lost_gives_202_and_recovery_finishes_with_one_charge() {
     assert_eq!(retry.status, 201);
     assert_eq!(retry.header("idempotent-replayed"), Some("true"));
     assert_eq!(retry.json(), finished);
+}
+
+#[actix_web::test]
+async fn the_in_process_providers_answer_later_than_the_timeout_is_an_unknown_outcome() {
+    // PROVIDER_LATENCY_MS past PROVIDER_TIMEOUT_MS: the simulator in this process times out
+    // as a provider over HTTP would, attempt after attempt, with the money moved.
+    let app = spawn_app_with(|s| {
+        s.provider_latency = Duration::from_millis(1500);
+        s.provider_timeout = Duration::from_millis(200);
+        s.provider_max_attempts = 2;
+    })
+    .await;
+    let response = app.post_payment("in-process-timeout", &visa(700)).await;
+    assert_eq!(response.status, 202, "{}", response.text());
+    assert_eq!(response.json()["status"], "processing");
+    assert_eq!(
+        app.charges(),
+        1,
+        "the money moved once, whatever the attempts"
+    );
+    assert_eq!(app.payment_rows().await, 1);
 }
 
 #[actix_web::test]

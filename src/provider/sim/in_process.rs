@@ -12,6 +12,7 @@ use super::ledger::ChargeMove;
 use super::payouts::payout_event;
 use super::simulator::Simulator;
 use super::webhooks::{OutboundEvent, WebhookDelivery, charge_event};
+use crate::provider::attempts::{Attempt, attempts, no_answer_within};
 use crate::provider::protocol::{
     CaptureRequest, Charge, ChargeRequest, ChargeUpdate, DisputeStepRequest, PaymentProvider,
     PayoutRequest, PayoutState, ProviderDispute, ProviderError, ProviderPayout, ProviderRefund,
@@ -24,16 +25,49 @@ use crate::provider::protocol::{
 pub struct InProcessProvider {
     simulator: Arc<Simulator>,
     latency: Duration,
+    /// Each attempt's timeout and the attempts per call, as the HTTP provider's.
+    timeout: Duration,
+    max_attempts: u32,
     webhooks: Option<(Arc<WebhookDelivery>, Duration)>,
 }
 
 impl InProcessProvider {
+    /// Answers after `latency`, however long that is (provider-sim's own, which answers
+    /// over HTTP: its callers time out).
     pub fn new(simulator: Arc<Simulator>, latency: Duration) -> Self {
         Self {
             simulator,
             latency,
+            timeout: Duration::MAX,
+            max_attempts: 1,
             webhooks: None,
         }
+    }
+
+    /// An answer later than `timeout` is none, as over HTTP: the money has moved, the call
+    /// is attempted again (with the same key) up to `max_attempts` times, then its outcome is
+    /// unknown (`PROVIDER_TIMEOUT_MS`, `PROVIDER_MAX_ATTEMPTS`).
+    pub fn with_timeout(mut self, timeout: Duration, max_attempts: u32) -> Self {
+        self.timeout = timeout;
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Waits the latency, in attempts that time out as the HTTP provider's do. Every
+    /// attempt would get the same answer (the simulator keeps it under the key), so the
+    /// money moves once, before.
+    async fn answer_in_time(&self) -> Result<(), ProviderError> {
+        if self.latency.is_zero() {
+            return Ok(());
+        }
+        let (latency, timeout) = (self.latency, self.timeout);
+        attempts("in-process", self.max_attempts, || async move {
+            match actix_web::rt::time::timeout(timeout, actix_web::rt::time::sleep(latency)).await {
+                Ok(()) => Attempt::Done(()),
+                Err(_) => Attempt::Retry(no_answer_within(timeout)),
+            }
+        })
+        .await
     }
 
     pub fn with_webhooks(mut self, delivery: WebhookDelivery, async_delay: Duration) -> Self {
@@ -87,9 +121,7 @@ impl PaymentProvider for InProcessProvider {
             if request.payment_method == DISPUTED {
                 self.dispute_once_captured(&charge);
             }
-            if !self.latency.is_zero() {
-                actix_web::rt::time::sleep(self.latency).await;
-            }
+            self.answer_in_time().await?;
             Ok(charge)
         })
     }
@@ -102,9 +134,7 @@ impl PaymentProvider for InProcessProvider {
         Box::pin(async move {
             // As for charges: the money moves first, then the answer takes its time.
             let refund = self.simulator.refund(idempotency_key, request);
-            if !self.latency.is_zero() {
-                actix_web::rt::time::sleep(self.latency).await;
-            }
+            self.answer_in_time().await?;
             Ok(refund)
         })
     }
@@ -159,9 +189,7 @@ impl PaymentProvider for InProcessProvider {
                         .and_then(payout_event)
                 });
             }
-            if !self.latency.is_zero() {
-                actix_web::rt::time::sleep(self.latency).await;
-            }
+            self.answer_in_time().await?;
             Ok(payout)
         })
     }
@@ -182,9 +210,7 @@ impl PaymentProvider for InProcessProvider {
                 let id = dispute_id.to_owned();
                 self.announce_later(move |simulator| simulator.disputes.decide(&id));
             }
-            if !self.latency.is_zero() {
-                actix_web::rt::time::sleep(self.latency).await;
-            }
+            self.answer_in_time().await?;
             answer.map_err(ProviderError::Refused)
         })
     }
@@ -239,9 +265,7 @@ impl InProcessProvider {
             let answer = self
                 .simulator
                 .update_charge(idempotency_key, charge_id, change);
-            if !self.latency.is_zero() {
-                actix_web::rt::time::sleep(self.latency).await;
-            }
+            self.answer_in_time().await?;
             answer.map_err(ProviderError::Refused)
         })
     }
