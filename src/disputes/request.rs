@@ -20,7 +20,7 @@ pub struct DisputeEvidence {
     pub text: Option<String>,
     /// Send the evidence to the provider now: the dispute moves to `under_review`.
     #[serde(default)]
-    #[schema(default = false)]
+    #[schema(default = false, nullable)]
     pub submit: bool,
 }
 

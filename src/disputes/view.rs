@@ -31,7 +31,7 @@ pub struct DisputeObject<'a> {
     #[schema(value_type = crate::domain::DisputeStatus)]
     status: &'a str,
     evidence: Evidence<'a>,
-    #[schema(format = DateTime)]
+    #[schema(required = true, format = DateTime)]
     evidence_submitted_at: Option<String>,
     #[schema(format = DateTime)]
     evidence_due_by: String,

@@ -1,6 +1,6 @@
-//! Events (docs/events.md): every change of a payment or refund that matters to a merchant,
-//! recorded in the transaction of the change, readable from a feed that never skips and
-//! delivered to the merchant's webhook endpoints.
+//! Events (docs/events.md): every change of a payment, refund, payout or dispute that matters
+//! to a merchant, recorded in the transaction of the change, readable from a feed that never
+//! skips and delivered to the merchant's webhook endpoints.
 //!
 //! ```text
 //! change (payment finished, refund finished, …) ── one transaction ──────────────────────┐

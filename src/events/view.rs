@@ -23,6 +23,7 @@ pub struct EventObject {
     data: EventData,
     /// The API request that made the change; null when a provider webhook, the recovery
     /// worker or an expiry made it.
+    #[schema(required = true)]
     request: Option<RequestRef>,
 }
 
@@ -54,7 +55,8 @@ impl utoipa::ToSchema for EventObjectType {}
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct EventData {
-    /// The payment or refund right after the change, as `GET` would have shown it then.
+    /// The object right after the change (a payment, refund, payout or dispute), as `GET`
+    /// would have shown it then.
     #[schema(value_type = Object)]
     object: serde_json::Value,
 }

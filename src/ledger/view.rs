@@ -51,8 +51,8 @@ pub struct TransactionObject<'a> {
     status: &'static str,
     #[schema(format = DateTime)]
     available_on: String,
-    /// The object that moved the money: a payment (`pay_…`), a refund (`re_…`) or a
-    /// payout (`po_…`).
+    /// The object that moved the money: a payment (`pay_…`), a refund (`re_…`), a payout
+    /// (`po_…`) or a dispute (`dp_…`).
     #[schema(example = "pay_0193f0c2a9b87c3e8e1f6a2b3c4d5e6f")]
     source: &'a str,
     #[schema(format = DateTime)]

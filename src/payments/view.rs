@@ -35,15 +35,21 @@ pub struct PaymentObject<'a> {
     amount_disputed: i64,
     #[schema(example = "pm_card_visa")]
     payment_method: &'a str,
+    #[schema(required = true)]
     customer_id: Option<&'a str>,
+    #[schema(required = true)]
     description: Option<&'a str>,
     #[schema(value_type = std::collections::HashMap<String, String>)]
     metadata: serde_json::Value,
+    #[schema(required = true)]
     provider_charge_id: Option<&'a str>,
+    #[schema(required = true)]
     failure_code: Option<&'a str>,
+    #[schema(required = true)]
     failure_message: Option<&'a str>,
     /// `requested_by_customer`, `duplicate`, `fraudulent`, `abandoned`, or `expired` when
     /// the service canceled an authorization nobody captured in time.
+    #[schema(required = true)]
     cancellation_reason: Option<&'a str>,
     /// RFC 3339, UTC.
     #[schema(format = DateTime)]

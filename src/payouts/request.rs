@@ -16,12 +16,16 @@ pub struct NewPayout {
     /// Minor units, at most the available balance in `currency`.
     #[schema(value_type = i64, minimum = 1, maximum = 9_007_199_254_740_991_i64, example = 1500)]
     pub amount: Amount,
-    /// ISO 4217, lower case.
+    /// ISO 4217 code, any case (answered in lower case).
     #[schema(value_type = String, example = "usd")]
     pub currency: Currency,
     /// The bank account: `ba_` and 1 to 64 of A–Z a–z 0–9 _. Default `ba_test_instant`.
     #[serde(default)]
-    #[schema(example = "ba_test_instant", pattern = "^ba_[A-Za-z0-9_]{1,64}$")]
+    #[schema(
+        example = "ba_test_instant",
+        pattern = "^ba_[A-Za-z0-9_]{1,64}$",
+        nullable
+    )]
     pub destination: String,
     #[schema(max_length = 1000)]
     pub description: Option<String>,

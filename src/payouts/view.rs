@@ -28,10 +28,13 @@ pub struct PayoutObject<'a> {
     currency: &'a str,
     #[schema(example = "ba_test_instant")]
     destination: &'a str,
+    #[schema(required = true)]
     description: Option<&'a str>,
     #[schema(value_type = PayoutStatus)]
     status: &'a str,
+    #[schema(required = true)]
     provider_payout_id: Option<&'a str>,
+    #[schema(required = true)]
     failure_code: Option<&'a str>,
     #[schema(format = DateTime)]
     created_at: String,

@@ -30,9 +30,11 @@ pub struct RefundObject<'a> {
     currency: &'a str,
     #[schema(value_type = RefundStatus)]
     status: &'a str,
-    #[schema(value_type = Option<crate::refunds::request::RefundReason>)]
+    #[schema(required = true, value_type = Option<crate::refunds::request::RefundReason>)]
     reason: Option<&'a str>,
+    #[schema(required = true)]
     provider_refund_id: Option<&'a str>,
+    #[schema(required = true)]
     failure_code: Option<&'a str>,
     /// RFC 3339, UTC.
     #[schema(format = DateTime)]

@@ -19,7 +19,7 @@ use crate::state::AppState;
     security(("api_key" = [])),
     responses(
         (status = 200, description = "The balance", body = crate::ledger::view::Balance),
-        super::problems::ApiKeyProblems,
+        super::problems::BalanceProblems,
     )
 )]
 pub async fn get_balance(
@@ -104,8 +104,7 @@ pub async fn list_transactions(
     params(("id" = String, Path, description = "Balance transaction id (`txn_…`)")),
     responses(
         (status = 200, description = "The balance transaction", body = crate::ledger::view::TransactionObject),
-        (status = 404, description = "`not_found`: no such balance transaction for this merchant", body = crate::error::Problem, content_type = "application/problem+json"),
-        super::problems::ApiKeyProblems,
+        super::problems::TransactionNotFoundProblems,
     )
 )]
 pub async fn get_transaction(

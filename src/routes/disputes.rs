@@ -135,7 +135,7 @@ pub async fn update(
         ("id" = String, Path, description = "Dispute id (`dp_…`)"),
         crate::routes::openapi::IdempotencyKeyHeader,
     ),
-    request_body(content = Object, content_type = "application/json", description = "`{}` (or no body)"),
+    request_body(content = Option<crate::routes::openapi::NoFields>, content_type = "application/json", description = "`{}`, or no body"),
     responses(
         (status = 200, description = "The dispute, `lost`", body = crate::disputes::view::DisputeObject,
             headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),

@@ -102,8 +102,7 @@ pub async fn list(
     params(("id" = String, Path, description = "Event id (`evt_…`)")),
     responses(
         (status = 200, description = "The event", body = crate::events::view::EventObject),
-        (status = 404, description = "`not_found`: no such event for this merchant", body = crate::error::Problem, content_type = "application/problem+json"),
-        super::problems::ApiKeyProblems,
+        super::problems::EventNotFoundProblems,
     )
 )]
 pub async fn get(

@@ -54,18 +54,22 @@ pub async fn provider(
     reason = "documents the request body; the flow parses the raw bytes"
 )]
 struct ProviderEvent {
-    /// `charge.succeeded`, `charge.failed`, `refund.succeeded`, `refund.failed`; other
-    /// types are recorded and answered 200.
+    /// `charge.succeeded`, `charge.failed`, `refund.succeeded`, `refund.failed`,
+    /// `payout.paid`, `payout.failed`, `charge.dispute.created`, `charge.dispute.updated`,
+    /// `charge.dispute.closed`; other types are recorded and answered 200.
     #[schema(example = "charge.succeeded")]
     r#type: String,
     /// When the provider made the event (RFC 3339).
     #[schema(example = "2026-11-22T06:00:00Z")]
     timestamp: Option<String>,
-    data: ProviderEventData,
+    /// What the event is about; an event without it is recorded and changes nothing.
+    data: Option<ProviderEventData>,
 }
 
 /// `data` of a provider event: the charge fields for `charge.*`, the refund fields for
-/// `refund.*`.
+/// `refund.*`, the payout's for `payout.*`, the dispute's for `charge.dispute.*`. Every
+/// field is optional here: an event missing what its type needs is recorded and changes
+/// nothing. Fields not listed are ignored.
 #[derive(utoipa::ToSchema)]
 #[expect(
     dead_code,
@@ -75,9 +79,10 @@ struct ProviderEventData {
     /// The provider's charge id.
     #[schema(example = "ch_0190a0b0c0d0e0f00000000000000000")]
     charge_id: Option<String>,
-    /// Our id: the payment's (`pay_…`) for `charge.*`, the refund's (`re_…`) for `refund.*`.
+    /// Our id: the payment's (`pay_…`) for `charge.*` and `charge.dispute.created`, the
+    /// refund's (`re_…`) for `refund.*`, the payout's (`po_…`) for `payout.*`.
     #[schema(example = "pay_0190a0b0c0d0e0f00000000000000000")]
-    reference: String,
+    reference: Option<String>,
     #[schema(example = 2000)]
     amount: Option<i64>,
     #[schema(example = "usd")]
@@ -89,6 +94,17 @@ struct ProviderEventData {
     /// The provider's refund id (`refund.*`).
     #[schema(example = "pr_0190a0b0c0d0e0f00000000000000000")]
     refund_id: Option<String>,
+    /// The provider's payout id (`payout.*`).
+    payout_id: Option<String>,
+    /// The provider's dispute id (`charge.dispute.*`).
+    #[schema(example = "du_0190a0b0c0d0e0f00000000000000000")]
+    dispute_id: Option<String>,
+    /// `under_review` (`charge.dispute.updated`), `won` or `lost` (`charge.dispute.closed`).
+    status: Option<String>,
+    /// Why the customer's bank disputed the charge (`charge.dispute.created`).
+    reason: Option<String>,
+    /// When evidence is due (`charge.dispute.created`, RFC 3339).
+    evidence_due_by: Option<String>,
 }
 
 /// `{"received": true, "duplicate": …}`, in that order.

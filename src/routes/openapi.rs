@@ -40,12 +40,61 @@ pub fn document_of(
         add(&mut doc);
     }
     CommonParts.modify(&mut doc);
+    request_bodies(&mut doc);
     doc.webhooks = Some(
         utoipa::openapi::PathsBuilder::new()
             .path("event", event_delivery())
             .build(),
     );
     doc
+}
+
+/// What the annotations cannot say of the API's request bodies. A body typed `Option<…>` may
+/// be left out, but is never JSON `null` (a body must be an object): it is not required, and
+/// its schema is the object's. And the API's request objects refuse a field they do not name
+/// (the provider's events, not the API's, keep theirs open).
+fn request_bodies(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::schema::{AdditionalProperties, Schema, SchemaType};
+    let is_null = |schema: &RefOr<Schema>| matches!(schema, RefOr::T(Schema::Object(o)) if o.schema_type == SchemaType::Type(Type::Null));
+    let mut strict = Vec::new();
+    for (path, item) in doc.paths.paths.iter_mut() {
+        let operations = [
+            &mut item.post,
+            &mut item.put,
+            &mut item.patch,
+            &mut item.delete,
+        ];
+        for operation in operations.into_iter().flatten() {
+            let Some(RefOr::T(body)) = operation.request_body.as_mut() else {
+                continue;
+            };
+            for content in body.content.values_mut() {
+                let RefOr::T(content) = content else {
+                    continue;
+                };
+                if let Some(RefOr::T(Schema::OneOf(one))) = &content.schema
+                    && one.items.len() == 2
+                    && one.items.iter().any(is_null)
+                {
+                    content.schema = one.items.iter().find(|s| !is_null(s)).cloned();
+                    body.required = Some(Required::False);
+                }
+                if let Some(RefOr::Ref(schema)) = &content.schema
+                    && path.starts_with("/v1/")
+                    && path != "/v1/webhooks/provider"
+                {
+                    strict.push(schema.ref_location.clone());
+                }
+            }
+        }
+    }
+    let components = doc.components.get_or_insert_with(Default::default);
+    for location in strict {
+        let name = location.rsplit('/').next().unwrap_or_default();
+        if let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(name) {
+            object.additional_properties = Some(Box::new(AdditionalProperties::FreeForm(false)));
+        }
+    }
 }
 
 /// What the service sends to a merchant's webhook endpoints, for the document's top-level
@@ -133,6 +182,11 @@ where
         components.schemas.entry(name).or_insert(schema);
     }
 }
+
+/// The body of a POST that takes no fields: `{}`, or none (`request_body(content =
+/// Option<NoFields>)`).
+#[derive(utoipa::ToSchema)]
+pub struct NoFields {}
 
 /// The `Idempotency-Key` request header, for `params(...)` of the POSTs that require it.
 pub struct IdempotencyKeyHeader;

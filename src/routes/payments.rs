@@ -23,7 +23,7 @@ use crate::state::AppState;
     params(crate::routes::openapi::IdempotencyKeyHeader),
     request_body(content = NewPayment, content_type = "application/json"),
     responses(
-        (status = 201, description = "Final: `succeeded`, or `failed` for a decline (a decline is a created payment)",
+        (status = 201, description = "Final: `succeeded`, `requires_capture` for a manual one, or `failed` for a decline (a decline is a created payment)",
             body = crate::payments::view::PaymentObject,
             headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),
         (status = 202, description = "Outcome not known yet: the payment is `processing`; retry with the same key",
@@ -89,7 +89,7 @@ pub async fn capture(
     tag = "payments",
     security(("api_key" = [])),
     params(("id" = String, Path, description = "Payment id (`pay_…`)"), crate::routes::openapi::IdempotencyKeyHeader),
-    request_body(content = NewCancel, content_type = "application/json", description = "Optional"),
+    request_body(content = Option<NewCancel>, content_type = "application/json", description = "Optional"),
     responses(
         (status = 200, description = "Canceled: the payment is `canceled`, `amount_capturable` 0",
             body = crate::payments::view::PaymentObject,

@@ -47,6 +47,15 @@ fn query() -> Vec<Problem> {
     )]
 }
 
+/// A request that takes no query parameters (a read or a delete of one object, the balance,
+/// a POST) refuses any.
+fn no_query() -> Vec<Problem> {
+    vec![(
+        ApiError::invalid("", ""),
+        "a query parameter was sent, and this request takes none; `param` names it",
+    )]
+}
+
 /// What reading a JSON body can refuse.
 fn json_body() -> Vec<Problem> {
     vec![
@@ -110,9 +119,9 @@ fn endpoint_not_found() -> Vec<Problem> {
     not_found("no such webhook endpoint of yours")
 }
 
-/// A POST that moves money: API key, JSON body, required `Idempotency-Key`.
+/// A POST that moves money: API key, no query, JSON body, required `Idempotency-Key`.
 fn money_post() -> Vec<Problem> {
-    all([api_key(), json_body(), idempotency_key(true)])
+    all([api_key(), no_query(), json_body(), idempotency_key(true)])
 }
 
 /// The responses of `problems`, one per status; the codes sharing a status are listed in its
@@ -165,6 +174,18 @@ fn response(problems: &[Problem]) -> Response {
                 .build(),
         );
     }
+    if problems.iter().any(|(error, _)| stored(error)) {
+        response = response.header(
+            "Idempotent-Replayed",
+            HeaderBuilder::new()
+                .schema(Some(ObjectBuilder::new().schema_type(Type::Boolean)))
+                .description(Some(
+                    "`true` when this refusal is the stored answer of an earlier request with \
+                     the same key",
+                ))
+                .build(),
+        );
+    }
     if sends(header::WWW_AUTHENTICATE) {
         response = response.header(
             "WWW-Authenticate",
@@ -175,6 +196,22 @@ fn response(problems: &[Problem]) -> Response {
         );
     }
     response.build()
+}
+
+/// A refusal decided after the key was claimed, and so stored as the key's answer and
+/// replayed (docs/api.md, "Refusals are answers too").
+fn stored(error: &ApiError) -> bool {
+    matches!(
+        error,
+        ApiError::PaymentNotRefundable(_)
+            | ApiError::PaymentNotCapturable(_)
+            | ApiError::PaymentNotCancelable(_)
+            | ApiError::PaymentDisputed(_)
+            | ApiError::DisputeNotEditable(_)
+            | ApiError::AmountExceedsRefundable(_)
+            | ApiError::AmountExceedsCapturable(_)
+            | ApiError::InsufficientBalance(_)
+    )
 }
 
 /// Declares a set: a type for `responses(...)` whose responses are those of `$problems`.
@@ -192,18 +229,36 @@ macro_rules! problem_set {
 }
 
 problem_set!(
-    /// A read by API key: 401, 429, 503.
-    ApiKeyProblems = api_key()
+    /// `GET /v1/balance`: 401, 429, 503, and 400 for a query.
+    BalanceProblems = all([api_key(), no_query()])
 );
 
 problem_set!(
     /// `GET /v1/payments/{id}`.
-    PaymentProblems = all([api_key(), payment_not_found()])
+    PaymentProblems = all([api_key(), no_query(), payment_not_found()])
+);
+
+problem_set!(
+    /// `GET /v1/balance_transactions/{id}`.
+    TransactionNotFoundProblems = all([
+        api_key(),
+        no_query(),
+        not_found("no such balance transaction of yours (or `id` is not a `txn_` id)"),
+    ])
+);
+
+problem_set!(
+    /// `GET /v1/events/{id}`.
+    EventNotFoundProblems = all([
+        api_key(),
+        no_query(),
+        not_found("no such event of yours (or `id` is not an `evt_` id)"),
+    ])
 );
 
 problem_set!(
     /// `GET` and `DELETE /v1/webhook_endpoints/{id}`.
-    EndpointProblems = all([api_key(), endpoint_not_found()])
+    EndpointProblems = all([api_key(), no_query(), endpoint_not_found()])
 );
 
 problem_set!(
@@ -285,6 +340,7 @@ problem_set!(
     /// `GET /v1/payouts/{id}`.
     PayoutNotFoundProblems = all([
         api_key(),
+        no_query(),
         not_found("no such payout of yours (or `id` is not a payout id)"),
     ])
 );
@@ -306,13 +362,14 @@ problem_set!(
     /// `GET /v1/disputes/{id}`.
     DisputeNotFoundProblems = all([
         api_key(),
+        no_query(),
         not_found("no such dispute of yours (or `id` is not a dispute id)"),
     ])
 );
 
 /// A webhook endpoint POST: its `Idempotency-Key` is optional.
 fn endpoint_post() -> Vec<Problem> {
-    all([api_key(), json_body(), idempotency_key(false)])
+    all([api_key(), no_query(), json_body(), idempotency_key(false)])
 }
 
 problem_set!(

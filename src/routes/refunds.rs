@@ -17,7 +17,7 @@ use crate::state::AppState;
     tag = "refunds",
     security(("api_key" = [])),
     params(("id" = String, Path, description = "Payment id (`pay_…`)"), crate::routes::openapi::IdempotencyKeyHeader),
-    request_body(content = NewRefund, content_type = "application/json"),
+    request_body(content = Option<NewRefund>, content_type = "application/json", description = "Optional: no body refunds all that is left"),
     responses(
         (status = 201, description = "Final: `succeeded`, or `failed`", body = crate::refunds::view::RefundObject,
             headers(("Idempotent-Replayed" = bool, description = "`true` when this is the stored response of an earlier request with the same key"))),

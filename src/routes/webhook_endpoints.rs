@@ -270,6 +270,7 @@ pub async fn replay(
     tag = "webhook endpoints",
     security(("api_key" = [])),
     params(("id" = String, Path, description = "Endpoint id (`we_…`)"), OptionalIdempotencyKeyHeader),
+    request_body(content = Option<crate::routes::openapi::NoFields>, content_type = "application/json", description = "`{}`, or no body"),
     responses(
         (status = 200, description = "How the attempt went", body = crate::webhook_endpoints::view::TestResult,
             headers(("Idempotent-Replayed" = bool, description = "`true` on a replay"))),

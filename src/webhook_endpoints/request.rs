@@ -188,7 +188,7 @@ impl EndpointUpdate {
 pub struct Rotation {
     /// How long the current secret keeps signing (beside the new one), 0 to 604800 s.
     #[serde(default)]
-    #[schema(minimum = 0, maximum = 604_800, default = 86_400)]
+    #[schema(minimum = 0, maximum = 604_800, default = 86_400, nullable)]
     pub expire_current_in_s: i64,
 }
 
@@ -236,6 +236,7 @@ pub struct Replay {
     pub until: Option<Timestamp>,
     /// `failed` (default) or `all`.
     #[serde(default)]
+    #[schema(nullable)]
     pub status: ReplayScope,
 }
 

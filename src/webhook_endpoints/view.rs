@@ -17,6 +17,7 @@ pub struct EndpointObject<'a> {
     url: &'a str,
     #[schema(value_type = Vec<String>, example = json!(["payment.succeeded"]))]
     enabled_events: serde_json::Value,
+    #[schema(required = true)]
     description: Option<&'a str>,
     #[schema(value_type = EndpointStatus)]
     status: &'a str,
@@ -108,8 +109,9 @@ pub struct DeliveryObject<'a> {
     status: &'a str,
     attempts: i32,
     /// When the next attempt is due (pending deliveries only).
-    #[schema(format = DateTime)]
+    #[schema(required = true, format = DateTime)]
     next_attempt_at: Option<String>,
+    #[schema(required = true)]
     last_attempt: Option<LastAttempt<'a>>,
     #[schema(format = DateTime)]
     created_at: String,
@@ -120,8 +122,11 @@ pub struct LastAttempt<'a> {
     #[schema(format = DateTime)]
     at: String,
     /// The receiver's HTTP status; null when no answer came (refused, timed out, …).
+    #[schema(required = true)]
     status_code: Option<i32>,
+    #[schema(required = true)]
     error: Option<&'a str>,
+    #[schema(required = true)]
     duration_ms: Option<i64>,
 }
 
@@ -174,7 +179,9 @@ pub struct Queued {
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct TestResult {
     pub delivered: bool,
+    #[schema(required = true)]
     pub status_code: Option<u16>,
+    #[schema(required = true)]
     pub error: Option<String>,
     pub duration_ms: u64,
 }
