@@ -28,7 +28,7 @@ pub fn request_ref(req: &HttpRequest, key: Option<&IdempotencyKey>) -> RequestRe
     params(
         ("limit" = Option<i64>, Query, minimum = 1, maximum = 100, description = "Page size, 1 to 100 (default 10)"),
         ("type" = Option<EventType>, Query, description = "Only events of this type"),
-        ("order" = Option<String>, Query, description = "`desc` (default): newest first; `asc`: the feed, oldest kept event first"),
+        ("order" = Option<String>, Query, pattern = "^(asc|desc)$", description = "`desc` (default): newest first; `asc`: the feed, oldest kept event first"),
         ("starting_after" = Option<String>, Query, description = "With `order=desc`: an event id; the page starts after it"),
         ("after" = Option<String>, Query, description = "With `order=asc`: the last event id you got; the page holds what became visible after it"),
     ),

@@ -81,10 +81,10 @@ fn canonical_events(events: &EnabledEvents) -> Vec<&'static str> {
 #[schema(as = CreateWebhookEndpointRequest)]
 pub struct NewEndpoint {
     /// `http` or `https`, at most 2048 characters, no user info, a public destination.
-    #[schema(value_type = String, example = "https://example.com/webhooks")]
+    #[schema(value_type = String, max_length = 2048, example = "https://example.com/webhooks")]
     pub url: EndpointUrl,
     /// Event types, or `["*"]` for all of them.
-    #[schema(value_type = Vec<String>, example = json!(["payment.succeeded", "refund.succeeded"]))]
+    #[schema(value_type = Vec<String>, min_items = 1, max_items = 16, example = json!(["payment.succeeded", "refund.succeeded"]))]
     pub enabled_events: EnabledEvents,
     #[schema(max_length = 1000)]
     pub description: Option<String>,
@@ -129,9 +129,9 @@ impl NewEndpoint {
 #[derive(Debug, Clone, utoipa::ToSchema)]
 #[schema(as = UpdateWebhookEndpointRequest)]
 pub struct EndpointUpdate {
-    #[schema(value_type = Option<String>, example = "https://example.com/webhooks")]
+    #[schema(value_type = Option<String>, max_length = 2048, example = "https://example.com/webhooks")]
     pub url: Option<EndpointUrl>,
-    #[schema(value_type = Option<Vec<String>>, example = json!(["*"]))]
+    #[schema(value_type = Option<Vec<String>>, min_items = 1, max_items = 16, example = json!(["*"]))]
     pub enabled_events: Option<EnabledEvents>,
     pub description: Option<String>,
     /// `enabled` again resumes delivery of what is pending.

@@ -55,7 +55,11 @@ impl CancellationReason {
 #[schema(as = CancelPaymentRequest)]
 pub struct NewCancel {
     /// `requested_by_customer`, `duplicate`, `fraudulent` or `abandoned`.
-    #[schema(value_type = Option<String>, example = "requested_by_customer")]
+    #[schema(
+        value_type = Option<String>,
+        pattern = "^(requested_by_customer|duplicate|fraudulent|abandoned)$",
+        example = "requested_by_customer"
+    )]
     pub cancellation_reason: Option<CancellationReason>,
 }
 

@@ -265,6 +265,17 @@ async fn the_openapi_document_agrees_with_what_the_service_answers() {
         assert_eq!(schemas[name]["additionalProperties"], false, "{name}");
     }
     assert_ne!(schemas["ProviderEvent"]["additionalProperties"], false);
+    // And the bounds the parsers hold them to.
+    let endpoint = &schemas["CreateWebhookEndpointRequest"]["properties"];
+    assert_eq!(endpoint["url"]["maxLength"], 2048);
+    assert_eq!(endpoint["enabled_events"]["maxItems"], 16);
+    assert_eq!(endpoint["enabled_events"]["minItems"], 1);
+    let reason = &schemas["CancelPaymentRequest"]["properties"]["cancellation_reason"];
+    assert!(
+        reason["pattern"]
+            .as_str()
+            .is_some_and(|p| !p.contains("expired"))
+    );
     assert!(schemas["ProviderEventData"]["properties"]["dispute_id"].is_object());
 
     // A stored refusal is replayed: its response says so.
