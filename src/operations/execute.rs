@@ -54,17 +54,42 @@ async fn execute_boxed<O: Operation>(
     request: Option<RequestRef>,
     sent: Option<Sent>,
 ) -> Result<Answer, ApiError> {
+    // Final answers never change: a key seen final here is answered from memory.
+    if let Some(answer) = state.final_answers.answer(
+        O::resource(&claim),
+        O::scope(&claim),
+        claim.merchant_id(),
+        claim.idempotency_key(),
+        claim.fingerprint(),
+    ) {
+        return answer;
+    }
+    // The rest on a task of its own, which the request only waits for: a client that hangs
+    // up drops the request's future, and with it whatever that future was awaiting. Dropped
+    // between the claim's commit and the provider call, the claim stood with nobody to drive
+    // it until its lease ran out, and retries were answered 409 meanwhile; dropped while
+    // leading the key in this process, its duplicates lost their leader.
+    let task = actix_web::rt::spawn(settle_key::<O>(state.clone(), claim, request, sent));
+    task.await
+        .map_err(|e| ApiError::internal(format!("operation task failed: {e}")))?
+}
+
+/// Leads the key in this process (or follows its leader), claims it in the database (or
+/// follows the row that has it), and remembers the final answer.
+async fn settle_key<O: Operation>(
+    state: AppState,
+    claim: Box<O::Row>,
+    request: Option<RequestRef>,
+    sent: Option<Sent>,
+) -> Result<Answer, ApiError> {
+    let state = &state;
     let (resource, scope) = (O::resource(&claim), O::scope(&claim));
     let (merchant, key, fingerprint) = (
         claim.merchant_id().to_owned(),
         claim.idempotency_key().to_owned(),
         claim.fingerprint().to_owned(),
     );
-    // Final answers never change: a key seen final here is answered from memory.
     let answers = &state.final_answers;
-    if let Some(answer) = answers.answer(resource, scope, &merchant, &key, &fingerprint) {
-        return answer;
-    }
     let in_process = scope_key(scope, &merchant, &key);
     let wait = state.settings.idempotency_wait;
     // Boxed, and awaited before the match rather than in it: a match keeps what it matches
@@ -117,14 +142,15 @@ async fn claim_or_follow<O: Operation>(
             metrics::idempotency(resource, IdempotencyOutcome::Created);
             tracing::info!(id = %row.record_id(), "{resource} claimed");
             let token = row.lease_token().unwrap_or_default().to_owned();
-            Either::Left(drive_detached::<O>(
-                state,
-                row,
+            // On this request's own task already (`execute_boxed`): driven here.
+            Either::Left(Box::pin(drive::<O>(
+                state.clone(),
+                Box::new(row),
                 token,
                 call,
                 request,
                 Driver::Claimant,
-            ))
+            )))
         }
         Ok(Claimed::Answered(answer)) => {
             metrics::idempotency(resource, IdempotencyOutcome::Created);

@@ -294,3 +294,47 @@ async fn a_duplicate_is_never_refused_for_the_body_of_another_request_leading_he
     }
     assert_eq!(provider.simulator.charges().len(), keys.len());
 }
+
+#[actix_web::test]
+async fn a_client_that_resets_right_after_its_post_leaves_no_claim_without_a_driver() {
+    // Found from outside: a client that sent its POST and reset the connection a moment
+    // later could drop the request between the claim's commit and the provider call; the
+    // claim then stood, driven by nobody, until its lease ran out, and every retry meanwhile
+    // was answered 409. The lease here is far longer than the test.
+    let app = spawn_app_with(|s| {
+        s.idempotency_wait = Duration::from_secs(2);
+        s.processing_lease = Duration::from_secs(120);
+    })
+    .await;
+    let address = app.address.trim_start_matches("http://").to_owned();
+    let mut sent = Vec::new();
+    for i in 0..60 {
+        use std::io::Write;
+        let (key, body) = (format!("reset-{i}"), visa(1000 + i));
+        let text = body.to_string();
+        let request = format!(
+            "POST /v1/payments HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {}\r\n\
+             Idempotency-Key: {key}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{text}",
+            app.api_key,
+            text.len()
+        );
+        let mut stream = std::net::TcpStream::connect(&address).expect("connects");
+        stream.write_all(request.as_bytes()).expect("sent");
+        // From at once to a few milliseconds: the claim's commit falls somewhere in there.
+        actix_web::rt::time::sleep(Duration::from_micros(500 * (i as u64 % 8))).await;
+        // A linger of zero makes the close a reset, as a killed client's would be.
+        socket2::SockRef::from(&stream)
+            .set_linger(Some(Duration::ZERO))
+            .expect("linger");
+        drop(stream);
+        sent.push((key, body));
+    }
+    let retries = join_all(sent.iter().map(|(key, body)| app.post_payment(key, body))).await;
+    for (response, (key, _)) in retries.iter().zip(&sent) {
+        assert_eq!(response.status, 201, "{key}: {}", response.text());
+        assert_eq!(response.json()["status"], "succeeded", "{key}");
+    }
+    assert_eq!(app.payment_rows().await, 60);
+    assert_eq!(app.charges(), 60, "one charge per key");
+}
