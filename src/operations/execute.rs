@@ -273,10 +273,12 @@ pub(super) async fn resume_owned<O: Operation>(
     drive_detached::<O>(state, row, token, call, request, Driver::TookOver).await
 }
 
-/// Runs the provider call on its own task, so that a client hanging up mid-request does
-/// not abandon the operation half-way: it finishes and its outcome is stored regardless.
-/// Spawned here, in a plain function, so the task's future is never part of the caller's;
-/// the caller waits on the task alone.
+/// Runs the provider call on its own task, so that whoever waits for it may be dropped
+/// without abandoning the operation half-way: it finishes and its outcome is stored
+/// regardless. For [`resume_owned`], whose callers are the recovery worker and a request's
+/// take-over (already on the request's task, where the second task costs little on a rare
+/// path). Spawned here, in a plain function, so the task's future is never part of the
+/// caller's; the caller waits on the task alone.
 fn drive_detached<O: Operation>(
     state: &AppState,
     row: O::Row,
