@@ -26,10 +26,10 @@ pub async fn events(
 ) -> HttpResponse {
     use crate::events::EventType;
     let query = query.into_inner();
-    let kind = query.event_type.filter(|t| !t.is_empty());
-    if let Some(unknown) = kind.as_deref().filter(|t| EventType::parse(t).is_none()) {
-        return layout::unknown_filter("type", unknown);
-    }
+    let kind = match layout::known_filter("type", query.event_type.as_deref(), EventType::parse) {
+        Ok(kind) => kind.map(|t| t.as_str().to_owned()),
+        Err(unknown) => return unknown.page(),
+    };
     let after = query.starting_after.filter(|a| !a.is_empty());
     let (merchant_id, wanted, cursor) = (session.merchant.id.clone(), kind.clone(), after);
     let listed = state

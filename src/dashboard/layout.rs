@@ -184,13 +184,32 @@ pub fn refused_input(status: u16, detail: &str) -> HttpResponse {
     )
 }
 
-/// A list asked for by a filter value that names nothing it can hold (an address edited by
-/// hand): 400, rather than the whole list as if no filter had been asked for.
-pub fn unknown_filter(name: &str, value: &str) -> HttpResponse {
-    refused_input(
-        400,
-        &format!("{name} {value:?} is not one this list can be filtered by"),
-    )
+/// A list's filter `name` as the address gives it: `None` when absent or empty (the form's
+/// "any"), the value when `parse` knows it, and [`UnknownFilter`] when it names nothing the
+/// list can hold (an address edited by hand).
+pub fn known_filter<T>(
+    name: &str,
+    raw: Option<&str>,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<Option<T>, UnknownFilter> {
+    match raw.map(str::trim).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(value) => parse(value).map(Some).ok_or_else(|| UnknownFilter {
+            detail: format!("{name} {value:?} is not one this list can be filtered by"),
+        }),
+    }
+}
+
+/// A filter value that names nothing its list can hold.
+pub struct UnknownFilter {
+    detail: String,
+}
+
+impl UnknownFilter {
+    /// 400, rather than the whole list as if no filter had been asked for.
+    pub fn page(&self) -> HttpResponse {
+        refused_input(400, &self.detail)
+    }
 }
 
 /// The database cannot be reached.

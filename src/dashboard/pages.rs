@@ -70,13 +70,11 @@ pub async fn payments(
             Err(_) => layout::unavailable(),
         };
     }
-    let status = non_empty(&query.status);
-    if let Some(unknown) = status
-        .as_deref()
-        .filter(|s| PaymentStatus::parse(s).is_none())
+    let status = match layout::known_filter("status", query.status.as_deref(), PaymentStatus::parse)
     {
-        return layout::unknown_filter("status", unknown);
-    }
+        Ok(status) => status.map(|s| s.as_str().to_owned()),
+        Err(unknown) => return unknown.page(),
+    };
     let customer = non_empty(&query.customer);
     let (from, to) = (non_empty(&query.from), non_empty(&query.to));
     let day = |text: &Option<String>| match text {

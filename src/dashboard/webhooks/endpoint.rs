@@ -3,29 +3,32 @@
 use super::*;
 
 /// The endpoint page's query: its deliveries by status, paged.
-#[derive(Deserialize, Default)]
+#[derive(Default)]
 pub(super) struct Deliveries {
-    status: Option<String>,
+    status: Option<DeliveryStatus>,
     starting_after: Option<String>,
 }
 
 impl Deliveries {
-    fn of(req: &HttpRequest) -> Self {
-        web::Query::<Self>::from_query(req.query_string())
+    /// The query of `req`, unless its status names none.
+    fn of(req: &HttpRequest) -> Result<Self, layout::UnknownFilter> {
+        #[derive(Deserialize, Default)]
+        struct Asked {
+            status: Option<String>,
+            starting_after: Option<String>,
+        }
+        let asked = web::Query::<Asked>::from_query(req.query_string())
             .map(web::Query::into_inner)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        Ok(Self {
+            status: layout::known_filter("status", asked.status.as_deref(), DeliveryStatus::parse)?,
+            starting_after: asked.starting_after,
+        })
     }
 
     /// The status filter, when it names one.
     fn status(&self) -> Option<DeliveryStatus> {
-        self.status.as_deref().and_then(DeliveryStatus::parse)
-    }
-
-    /// The status filter, when it names none.
-    fn unknown_status(&self) -> Option<&str> {
         self.status
-            .as_deref()
-            .filter(|s| !s.is_empty() && DeliveryStatus::parse(s).is_none())
     }
 
     /// The cursor, when it is a delivery id.
@@ -49,10 +52,10 @@ pub async fn endpoint(
         Some("disabled") => notice("Endpoint disabled: nothing is delivered to it."),
         _ => html! {},
     };
-    let query = Deliveries::of(&req);
-    if let Some(unknown) = query.unknown_status() {
-        return layout::unknown_filter("status", unknown);
-    }
+    let query = match Deliveries::of(&req) {
+        Ok(query) => query,
+        Err(unknown) => return unknown.page(),
+    };
     render_endpoint(&state, &session, &path, &query, 200, top, None).await
 }
 
