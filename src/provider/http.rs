@@ -121,23 +121,13 @@ impl HttpProvider {
                 .insert_header(("Idempotency-Key", idempotency_key))
                 .send_json(body)
         };
-        self.attempts(path, &send).await
+        attempts(path, self.max_attempts, || self.attempt(path, &send)).await
     }
 
     /// A read (`GET`), attempted like a call.
     async fn read<T: DeserializeOwned>(&self, path: &str) -> Result<T, ProviderError> {
-        self.attempts(path, &|client: &awc::Client, url: &str| {
-            client.get(url).send()
-        })
-        .await
-    }
-
-    async fn attempts<T: DeserializeOwned>(
-        &self,
-        path: &str,
-        send: &Send<'_>,
-    ) -> Result<T, ProviderError> {
-        attempts(path, self.max_attempts, || self.attempt(path, send)).await
+        let send = |client: &awc::Client, url: &str| client.get(url).send();
+        attempts(path, self.max_attempts, || self.attempt(path, &send)).await
     }
 }
 
