@@ -259,7 +259,9 @@ impl Driver {
     }
 }
 
-/// Drives a row whose lease this caller has just taken.
+/// Drives a row whose lease this caller has just taken: a request's take-over (on the
+/// request's own task, `execute_boxed`) or the recovery worker's (on a task of its own per
+/// row, `recover`), so that nobody waiting for it can abandon it half-way.
 pub(super) async fn resume_owned<O: Operation>(
     state: &AppState,
     row: O::Row,
@@ -270,40 +272,20 @@ pub(super) async fn resume_owned<O: Operation>(
         let row = row.clone();
         state.db.run(move |conn| O::call_for(conn, &row)).await?
     };
-    drive_detached::<O>(state, row, token, call, request, Driver::TookOver).await
-}
-
-/// Runs the provider call on its own task, so that whoever waits for it may be dropped
-/// without abandoning the operation half-way: it finishes and its outcome is stored
-/// regardless. For [`resume_owned`], whose callers are the recovery worker and a request's
-/// take-over (already on the request's task, where the second task costs little on a rare
-/// path). Spawned here, in a plain function, so the task's future is never part of the
-/// caller's; the caller waits on the task alone.
-fn drive_detached<O: Operation>(
-    state: &AppState,
-    row: O::Row,
-    token: String,
-    call: O::Call,
-    request: Option<RequestRef>,
-    driver: Driver,
-) -> impl Future<Output = Result<Answer, ApiError>> + 'static {
-    let task = actix_web::rt::spawn(drive::<O>(
+    Box::pin(drive::<O>(
         state.clone(),
         Box::new(row),
         token,
         call,
         request,
-        driver,
-    ));
-    async move {
-        task.await
-            .map_err(|e| ApiError::internal(format!("operation task failed: {e}")))?
-    }
+        Driver::TookOver,
+    ))
+    .await
 }
 
 /// Holds the lease of `row`: asks the provider (our row id is its idempotency key, so
-/// asking again can never move money twice) and records what it said. Owns what it needs
-/// (the task outlives the request), the row boxed.
+/// asking again can never move money twice) and records what it said. Runs on a task that
+/// no client can drop (`execute_boxed`, `recover`); owns what it needs, the row boxed.
 async fn drive<O: Operation>(
     state: AppState,
     row: Box<O::Row>,

@@ -101,24 +101,31 @@ where
             return 0;
         }
     };
-    let resumed = join_all(abandoned.into_iter().map(|row| async move {
-        let token = new_lease_token();
-        let (claimed, t, lease) = (row.clone(), token.clone(), O::lease(state, &row));
-        let won = state
-            .db
-            .run(move |conn| claimed.take_over(conn, &t, now(), lease))
-            .await?;
-        if !won {
-            return Ok::<bool, ApiError>(false);
-        }
-        tracing::info!(id = %row.record_id(), action = action_name, "recovery: resuming");
-        resume_owned::<O>(state, row, token, None)
-            .await
-            .map(|_| true)
+    // Each row on a task of its own, as a request's operation is (`execute_boxed`): a pass
+    // dropped at shutdown leaves no provider call it started unrecorded.
+    let resumed = join_all(abandoned.into_iter().map(|row| {
+        let state = state.clone();
+        actix_web::rt::spawn(async move {
+            let token = new_lease_token();
+            let (claimed, t, lease) = (row.clone(), token.clone(), O::lease(&state, &row));
+            let won = state
+                .db
+                .run(move |conn| claimed.take_over(conn, &t, now(), lease))
+                .await?;
+            if !won {
+                return Ok::<bool, ApiError>(false);
+            }
+            tracing::info!(id = %row.record_id(), action = action_name, "recovery: resuming");
+            resume_owned::<O>(&state, row, token, None)
+                .await
+                .map(|_| true)
+        })
     }))
     .await;
     let mut count = 0;
     for outcome in resumed {
+        let outcome = outcome
+            .unwrap_or_else(|e| Err(ApiError::internal(format!("recovery task failed: {e}"))));
         match outcome {
             Ok(true) => {
                 metrics::recovery(action);
