@@ -82,6 +82,24 @@ pub struct Problem<'a> {
 }
 
 impl ApiError {
+    /// A refusal decided after the key was claimed, and so stored as the key's answer and
+    /// replayed (docs/api.md, "Refusals are answers too"): the only errors
+    /// [`crate::idempotency::Answer::refusal`] takes, and the ones the API document marks
+    /// `Idempotent-Replayed`.
+    pub fn is_stored_refusal(&self) -> bool {
+        matches!(
+            self,
+            Self::PaymentNotRefundable(_)
+                | Self::PaymentNotCapturable(_)
+                | Self::PaymentNotCancelable(_)
+                | Self::PaymentDisputed(_)
+                | Self::DisputeNotEditable(_)
+                | Self::AmountExceedsRefundable(_)
+                | Self::AmountExceedsCapturable(_)
+                | Self::InsufficientBalance(_)
+        )
+    }
+
     /// A list's `starting_after` that names none of the caller's `what`s (another
     /// merchant's object is a 404, docs/api.md).
     pub fn unknown_cursor(what: &str) -> Self {

@@ -34,6 +34,8 @@ impl Answer {
     /// of refunds, captures and cancels), replayed verbatim.
     pub fn refusal(error: &ApiError) -> Self {
         use actix_web::ResponseError;
+        // The API document says which refusals a key replays from the same list.
+        debug_assert!(error.is_stored_refusal(), "not a stored refusal: {error:?}");
         Self::new(error.status_code().as_u16(), error.problem_json())
     }
 

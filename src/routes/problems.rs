@@ -174,7 +174,7 @@ fn response(problems: &[Problem]) -> Response {
                 .build(),
         );
     }
-    if problems.iter().any(|(error, _)| stored(error)) {
+    if problems.iter().any(|(error, _)| error.is_stored_refusal()) {
         response = response.header(
             "Idempotent-Replayed",
             HeaderBuilder::new()
@@ -196,22 +196,6 @@ fn response(problems: &[Problem]) -> Response {
         );
     }
     response.build()
-}
-
-/// A refusal decided after the key was claimed, and so stored as the key's answer and
-/// replayed (docs/api.md, "Refusals are answers too").
-fn stored(error: &ApiError) -> bool {
-    matches!(
-        error,
-        ApiError::PaymentNotRefundable(_)
-            | ApiError::PaymentNotCapturable(_)
-            | ApiError::PaymentNotCancelable(_)
-            | ApiError::PaymentDisputed(_)
-            | ApiError::DisputeNotEditable(_)
-            | ApiError::AmountExceedsRefundable(_)
-            | ApiError::AmountExceedsCapturable(_)
-            | ApiError::InsufficientBalance(_)
-    )
 }
 
 /// Declares a set: a type for `responses(...)` whose responses are those of `$problems`.
