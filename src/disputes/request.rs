@@ -13,6 +13,7 @@ pub const MAX_EVIDENCE_CHARS: usize = 20_000;
 /// Evidence saved on a dispute, and sent to the provider with `submit`.
 #[derive(Debug, Clone, PartialEq, Eq, utoipa::ToSchema)]
 #[schema(as = UpdateDisputeRequest)]
+#[serde(deny_unknown_fields)]
 pub struct DisputeEvidence {
     /// `{"text": "…"}`: at most 20 000 characters.
     #[serde(rename = "evidence")]

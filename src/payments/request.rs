@@ -45,6 +45,7 @@ pub const MAX_CUSTOMER_ID_CHARS: usize = 255;
 /// Unknown fields are refused (400 `invalid_request` naming the field).
 #[derive(Debug, Clone, PartialEq, Eq, utoipa::ToSchema)]
 #[schema(as = CreatePaymentRequest)]
+#[serde(deny_unknown_fields)]
 pub struct NewPayment {
     /// Minor units, 1 to 99 999 999.
     #[schema(value_type = i64, minimum = 1, maximum = 99_999_999, example = 2000)]

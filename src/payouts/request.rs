@@ -12,6 +12,7 @@ pub const DEFAULT_DESTINATION: &str = "ba_test_instant";
 
 #[derive(Debug, Clone, PartialEq, Eq, utoipa::ToSchema)]
 #[schema(as = CreatePayoutRequest)]
+#[serde(deny_unknown_fields)]
 pub struct NewPayout {
     /// Minor units, at most the available balance in `currency`.
     #[schema(value_type = i64, minimum = 1, maximum = 9_007_199_254_740_991_i64, example = 1500)]

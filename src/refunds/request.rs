@@ -36,6 +36,7 @@ impl RefundReason {
 
 #[derive(Debug, Clone, PartialEq, Eq, utoipa::ToSchema)]
 #[schema(as = CreateRefundRequest)]
+#[serde(deny_unknown_fields)]
 pub struct NewRefund {
     /// Minor units; absent: whatever is left to refund when the request is claimed.
     #[schema(value_type = Option<i64>, minimum = 1, maximum = 99_999_999, example = 500)]

@@ -49,15 +49,14 @@ pub fn document_of(
     doc
 }
 
-/// What the annotations cannot say of the API's request bodies. A body typed `Option<…>` may
-/// be left out, but is never JSON `null` (a body must be an object): it is not required, and
-/// its schema is the object's. And the API's request objects refuse a field they do not name
-/// (the provider's events, not the API's, keep theirs open).
+/// What the annotations cannot say of the API's request bodies: a body typed `Option<…>`
+/// may be left out, but is never JSON `null` (a body must be an object), so it is not
+/// required, and its schema is the object's. (That the API's request objects refuse a field
+/// they do not name, each says itself with `#[serde(deny_unknown_fields)]`.)
 fn request_bodies(doc: &mut utoipa::openapi::OpenApi) {
-    use utoipa::openapi::schema::{AdditionalProperties, Schema, SchemaType};
+    use utoipa::openapi::schema::{Schema, SchemaType};
     let is_null = |schema: &RefOr<Schema>| matches!(schema, RefOr::T(Schema::Object(o)) if o.schema_type == SchemaType::Type(Type::Null));
-    let mut strict = Vec::new();
-    for (path, item) in doc.paths.paths.iter_mut() {
+    for item in doc.paths.paths.values_mut() {
         let operations = [
             &mut item.post,
             &mut item.put,
@@ -79,20 +78,7 @@ fn request_bodies(doc: &mut utoipa::openapi::OpenApi) {
                     content.schema = one.items.iter().find(|s| !is_null(s)).cloned();
                     body.required = Some(Required::False);
                 }
-                if let Some(RefOr::Ref(schema)) = &content.schema
-                    && path.starts_with("/v1/")
-                    && path != "/v1/webhooks/provider"
-                {
-                    strict.push(schema.ref_location.clone());
-                }
             }
-        }
-    }
-    let components = doc.components.get_or_insert_with(Default::default);
-    for location in strict {
-        let name = location.rsplit('/').next().unwrap_or_default();
-        if let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(name) {
-            object.additional_properties = Some(Box::new(AdditionalProperties::FreeForm(false)));
         }
     }
 }
@@ -186,6 +172,7 @@ where
 /// The body of a POST that takes no fields: `{}`, or none (`request_body(content =
 /// Option<NoFields>)`).
 #[derive(utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NoFields {}
 
 /// The `Idempotency-Key` request header, for `params(...)` of the POSTs that require it.

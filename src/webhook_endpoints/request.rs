@@ -79,6 +79,7 @@ fn canonical_events(events: &EnabledEvents) -> Vec<&'static str> {
 /// `POST /v1/webhook_endpoints`.
 #[derive(Debug, Clone, utoipa::ToSchema)]
 #[schema(as = CreateWebhookEndpointRequest)]
+#[serde(deny_unknown_fields)]
 pub struct NewEndpoint {
     /// `http` or `https`, at most 2048 characters, no user info, a public destination.
     #[schema(value_type = String, max_length = 2048, example = "https://example.com/webhooks")]
@@ -128,6 +129,7 @@ impl NewEndpoint {
 /// `description` removes it.
 #[derive(Debug, Clone, utoipa::ToSchema)]
 #[schema(as = UpdateWebhookEndpointRequest)]
+#[serde(deny_unknown_fields)]
 pub struct EndpointUpdate {
     #[schema(value_type = Option<String>, max_length = 2048, example = "https://example.com/webhooks")]
     pub url: Option<EndpointUrl>,
@@ -185,6 +187,7 @@ impl EndpointUpdate {
 /// `POST /v1/webhook_endpoints/{id}/rotate_secret`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
 #[schema(as = RotateSecretRequest)]
+#[serde(deny_unknown_fields)]
 pub struct Rotation {
     /// How long the current secret keeps signing (beside the new one), 0 to 604800 s.
     #[serde(default)]
@@ -227,6 +230,7 @@ pub enum ReplayScope {
 /// `POST /v1/webhook_endpoints/{id}/replay`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, utoipa::ToSchema)]
 #[schema(as = ReplayRequest)]
+#[serde(deny_unknown_fields)]
 pub struct Replay {
     /// RFC 3339: events created at or after this.
     #[schema(value_type = String, format = DateTime, example = "2026-11-01T00:00:00Z")]

@@ -10,6 +10,7 @@ use crate::error::ApiError;
 /// `POST /v1/payments/{id}/capture` body.
 #[derive(Debug, Clone, PartialEq, Eq, utoipa::ToSchema)]
 #[schema(as = CapturePaymentRequest)]
+#[serde(deny_unknown_fields)]
 pub struct NewCapture {
     /// Minor units; absent: all of `amount_capturable`.
     #[schema(value_type = Option<i64>, minimum = 1, maximum = 99_999_999, example = 1500)]
@@ -53,6 +54,7 @@ impl CancellationReason {
 /// `POST /v1/payments/{id}/cancel` body.
 #[derive(Debug, Clone, PartialEq, Eq, utoipa::ToSchema)]
 #[schema(as = CancelPaymentRequest)]
+#[serde(deny_unknown_fields)]
 pub struct NewCancel {
     /// `requested_by_customer`, `duplicate`, `fraudulent` or `abandoned`.
     #[schema(
