@@ -5,6 +5,7 @@ use super::*;
 /// The endpoint page's query: its deliveries by status, paged.
 #[derive(Default)]
 pub(super) struct Deliveries {
+    /// The status filter, when it names one.
     status: Option<DeliveryStatus>,
     starting_after: Option<String>,
 }
@@ -24,11 +25,6 @@ impl Deliveries {
             status: layout::known_filter("status", asked.status.as_deref(), DeliveryStatus::parse)?,
             starting_after: asked.starting_after,
         })
-    }
-
-    /// The status filter, when it names one.
-    fn status(&self) -> Option<DeliveryStatus> {
-        self.status
     }
 
     /// The cursor, when it is a delivery id.
@@ -74,7 +70,7 @@ pub(super) async fn render_endpoint(
         return layout::not_found(session, "webhook endpoint");
     }
     let (merchant_id, id) = (session.merchant.id.clone(), id.to_owned());
-    let (filter, cursor) = (query.status(), query.cursor());
+    let (filter, cursor) = (query.status, query.cursor());
     let loaded = state
         .db
         .run(move |conn| {
@@ -171,12 +167,12 @@ pub(super) async fn render_endpoint(
                 button type="submit" { "Replay failed deliveries" }
             }
             h2 #deliveries { "Deliveries" }
-            (deliveries_filter(&base, query.status()))
+            (deliveries_filter(&base, query.status))
             (deliveries_table(&deliveries))
             @if has_more {
                 @if let Some(last) = deliveries.last() {
                     p {
-                        a href={ (base) "?status=" (query.status().map_or("", DeliveryStatus::as_str)) "&starting_after=" (last.id) "#deliveries" } { "Older deliveries" }
+                        a href={ (base) "?status=" (query.status.map_or("", DeliveryStatus::as_str)) "&starting_after=" (last.id) "#deliveries" } { "Older deliveries" }
                     }
                 }
             }
