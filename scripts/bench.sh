@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measures payments-api against PostgreSQL's own limit on this machine, in one sitting:
 #   pgbench (the two-transaction limit of a new payment's SQL with its event; the same SQL
-#   batched 16 at a time), then the service over HTTP from a separate load-generating
+#   batched 16 at a time, without and with the ledger's rows), then the service over HTTP from a separate load-generating
 #   process: new payments of one merchant, each run after a pgbench run of the naive limit
 #   (a payment's claim insert and finishing update as two autocommit statements), new
 #   payments spread over 100 merchants (the ledger's hot account), and replays, each run
@@ -98,11 +98,14 @@ echo "== limit: pgbench, $CONNECTIONS clients, prepared, $RUNS runs each"
   SELECT 'pay_lookup_' || n, 'mer_bench', 'lookup-' || n, 'fp', 2000, 'usd', 'pm_card_visa', '{}', 'succeeded', 0, 201, repeat('x', 400), 1, now(), now() FROM generate_series(1, 1000) n"
 # pgbench_tps SCRIPT [DATABASE]: its transactions per second on DATABASE ($DB by default)
 pgbench_tps() { pgbench -n -h 127.0.0.1 -U postgres -c "$CONNECTIONS" -j 2 -M prepared -T "$SECONDS_PER_RUN" -f "$1" "${2:-$DB}" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
-LIMIT_NAIVE=(); LIMIT_NEW=(); LIMIT_BATCHED=(); LIMIT_LOOKUP=()
+LIMIT_NAIVE=(); LIMIT_NEW=(); LIMIT_BATCHED=(); LIMIT_LEDGER=(); LIMIT_LOOKUP=()
 for _ in $(seq 1 "$RUNS"); do
   LIMIT_NEW+=("$(pgbench_tps scripts/pgbench/new_payment.sql)")
   LIMIT_BATCHED+=("$(awk -v t="$(pgbench_tps scripts/pgbench/new_payment_batched.sql)" 'BEGIN { printf "%.0f", t * 16 }')")
+  LIMIT_LEDGER+=("$(awk -v t="$(pgbench_tps scripts/pgbench/new_payment_batched_ledger.sql)" 'BEGIN { printf "%.0f", t * 16 }')")
 done
+# The ledger is append-only (its triggers refuse DELETE); TRUNCATE fires no row trigger.
+"${PSQL[@]}" -d "$DB" -c "TRUNCATE ledger_entries, balance_transactions"
 "${PSQL[@]}" -d "$DB" -c "DELETE FROM events WHERE merchant_id = 'mer_bench'" -c "DELETE FROM payments WHERE merchant_id = 'mer_bench' AND idempotency_key NOT LIKE 'lookup-%'" -c "VACUUM ANALYZE" -c "CHECKPOINT"
 
 : >/tmp/payments-bench-service.log
@@ -225,6 +228,7 @@ limit_new=$(printf '%s\n' "${LIMIT_NEW[@]}" | median)
 limit_naive=$(printf '%s\n' "${LIMIT_NAIVE[@]}" | median)
 spread_rps=$(for l in "${SPREAD[@]}"; do echo "$l" | field rps; done | median)
 limit_batched=$(printf '%s\n' "${LIMIT_BATCHED[@]}" | median)
+limit_ledger=$(printf '%s\n' "${LIMIT_LEDGER[@]}" | median)
 limit_lookup=$(printf '%s\n' "${LIMIT_LOOKUP[@]}" | median)
 slow_rps=$(echo "$SLOW" | field rps)
 slow10k_rps=$(echo "$SLOW10K" | field rps)
@@ -234,6 +238,7 @@ cat <<SUMMARY
 pgbench   : naive (claim insert + finishing update, two autocommit statements) $(printf '%s\n' "${LIMIT_NAIVE[@]}" | stats) tps
 pgbench   : two-transaction new payment $(printf '%s\n' "${LIMIT_NEW[@]}" | stats) tps
 pgbench   : batched (16 per batch) $(printf '%s\n' "${LIMIT_BATCHED[@]}" | stats) payments/s
+pgbench   : batched with the ledger's rows (every row a new payment writes) $(printf '%s\n' "${LIMIT_LEDGER[@]}" | stats) payments/s; $(ratio "$limit_ledger" "$limit_naive")x the naive limit
 pgbench   : replay lookup $(printf '%s\n' "${LIMIT_LOOKUP[@]}" | stats) tps
 new       : $(for l in "${NEW[@]}"; do echo "$l" | field rps; done | stats) requests/s; last run: $(echo "${NEW[-1]}" | sed 's/^RESULT //')
             mean batch: $CLAIM_BATCH claims, $FINISH_BATCH finishes per statement
@@ -246,7 +251,7 @@ slow 10k  : $(echo "$SLOW10K" | sed 's/^RESULT //'); /new $(ratio "$slow10k_rps"
 storm x3  : $(echo "$STORM3" | sed 's/^RESULT //' | tr '\n' ' ') provider charges: $STORM3_CHARGES, rows for storm keys: $STORM_ROWS, their balance transactions: $STORM_TXNS (2 storms: target 2 and 2)
 new @1M   : stored/new per pair: $SIZE_RATIOS (its runs: $SIZE_LOG)
 ledger    : new (one merchant)/new over 100 merchants $(ratio "$new_rps" "$spread_rps") (target >= 0.9), new/naive limit $(ratio "$new_rps" "$limit_naive") (target >= 2; each run over the naive run just before it: $(printf '%s\n' "${NEW_PAIRS[@]}" | paste -sd' '))
-ratios    : new/two-transaction limit $(ratio "$new_rps" "$limit_new") (target >= 1.0), new/batched limit $(ratio "$new_rps" "$limit_batched"), replay/lookup limit $(ratio "$replay_rps" "$limit_lookup") (target >= 2.5; each run over the lookup run just before it: $(printf '%s\n' "${REPLAY_PAIRS[@]}" | paste -sd' '))
+ratios    : new/two-transaction limit $(ratio "$new_rps" "$limit_new") (target >= 1.0), new/batched limit $(ratio "$new_rps" "$limit_batched"), new/batched limit with the ledger $(ratio "$new_rps" "$limit_ledger"), replay/lookup limit $(ratio "$replay_rps" "$limit_lookup") (target >= 2.5; each run over the lookup run just before it: $(printf '%s\n' "${REPLAY_PAIRS[@]}" | paste -sd' '))
             slow($SLOW_MS ms, $SLOW_CONNECTIONS conn)/new $(ratio "$slow_rps" "$new_rps") (target >= 0.8; $SLOW_CONNECTIONS connections at $SLOW_MS ms allow at most $SLOW_CEILING/s: $(ratio "$slow_rps" "$SLOW_CEILING") of that), new@1M/new ${SIZE_RATIOS##* } (target >= 0.9; in turn with a new database)
 peak RSS  : ${PEAK_RSS} MiB, the highest of every instance over every scenario (target <= 64 MiB)
 alone     : $(echo "$ALONE" | sed 's/^RESULT //'); peak RSS of the service $ALONE_RSS MiB, of provider-sim $SIM_RSS MiB
