@@ -82,6 +82,7 @@ stop_services() {
 }
 finish() {
   stop_services
+  rm -f "${BATCHED_LEDGER:-}"
   if [ "${RESTORE_AUTOGROUP:-0}" = 1 ]; then echo 1 >"$AUTOGROUP"; fi
   if [ -n "${RESTORE_SOMAXCONN:-}" ]; then echo "$RESTORE_SOMAXCONN" >"$SOMAXCONN"; fi
 }
@@ -99,10 +100,13 @@ echo "== limit: pgbench, $CONNECTIONS clients, prepared, $RUNS runs each"
 # pgbench_tps SCRIPT [DATABASE]: its transactions per second on DATABASE ($DB by default)
 pgbench_tps() { pgbench -n -h 127.0.0.1 -U postgres -c "$CONNECTIONS" -j 2 -M prepared -T "$SECONDS_PER_RUN" -f "$1" "${2:-$DB}" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
 LIMIT_NAIVE=(); LIMIT_NEW=(); LIMIT_BATCHED=(); LIMIT_LEDGER=(); LIMIT_LOOKUP=()
+# The batch with the ledger's rows: new_payment_batched.sql with ledger_rows.sql before its COMMIT.
+BATCHED_LEDGER=$(mktemp --suffix=.sql)
+{ grep -v '^COMMIT;$' scripts/pgbench/new_payment_batched.sql; cat scripts/pgbench/ledger_rows.sql; echo 'COMMIT;'; } >"$BATCHED_LEDGER"
 for _ in $(seq 1 "$RUNS"); do
   LIMIT_NEW+=("$(pgbench_tps scripts/pgbench/new_payment.sql)")
   LIMIT_BATCHED+=("$(awk -v t="$(pgbench_tps scripts/pgbench/new_payment_batched.sql)" 'BEGIN { printf "%.0f", t * 16 }')")
-  LIMIT_LEDGER+=("$(awk -v t="$(pgbench_tps scripts/pgbench/new_payment_batched_ledger.sql)" 'BEGIN { printf "%.0f", t * 16 }')")
+  LIMIT_LEDGER+=("$(awk -v t="$(pgbench_tps "$BATCHED_LEDGER")" 'BEGIN { printf "%.0f", t * 16 }')")
 done
 # The ledger is append-only (its triggers refuse DELETE); TRUNCATE fires no row trigger.
 "${PSQL[@]}" -d "$DB" -c "TRUNCATE ledger_entries, balance_transactions"
