@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Measures payments-api against PostgreSQL's own limit on this machine, in one sitting:
 #   pgbench (the two-transaction limit of a new payment's SQL with its event; the same SQL
-#   batched 16 at a time, without and with the ledger's rows), then the service over HTTP from a separate load-generating
+#   batched 16 at a time, alone, with the ledger's rows, and with the events' numbering as
+#   well), then the service over HTTP from a separate load-generating
 #   process: new payments of one merchant, each run after a pgbench run of the naive limit
 #   (a payment's claim insert and finishing update as two autocommit statements), new
 #   payments spread over 100 merchants (the ledger's hot account), and replays, each run
@@ -82,7 +83,7 @@ stop_services() {
 }
 finish() {
   stop_services
-  rm -f "${BATCHED_LEDGER:-}"
+  rm -f "${BATCHED_LEDGER:-}" "${BATCHED_EVERY:-}"
   if [ "${RESTORE_AUTOGROUP:-0}" = 1 ]; then echo 1 >"$AUTOGROUP"; fi
   if [ -n "${RESTORE_SOMAXCONN:-}" ]; then echo "$RESTORE_SOMAXCONN" >"$SOMAXCONN"; fi
 }
@@ -99,18 +100,22 @@ echo "== limit: pgbench, $CONNECTIONS clients, prepared, $RUNS runs each"
   SELECT 'pay_lookup_' || n, 'mer_bench', 'lookup-' || n, 'fp', 2000, 'usd', 'pm_card_visa', '{}', 'succeeded', 0, 201, repeat('x', 400), 1, now(), now() FROM generate_series(1, 1000) n"
 # pgbench_tps SCRIPT [DATABASE]: its transactions per second on DATABASE ($DB by default)
 pgbench_tps() { pgbench -n -h 127.0.0.1 -U postgres -c "$CONNECTIONS" -j 2 -M prepared -T "$SECONDS_PER_RUN" -f "$1" "${2:-$DB}" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
-LIMIT_NAIVE=(); LIMIT_NEW=(); LIMIT_BATCHED=(); LIMIT_LEDGER=(); LIMIT_LOOKUP=()
-# The batch with the ledger's rows: new_payment_batched.sql with ledger_rows.sql before its COMMIT.
-BATCHED_LEDGER=$(mktemp --suffix=.sql)
+LIMIT_NAIVE=(); LIMIT_NEW=(); LIMIT_BATCHED=(); LIMIT_LEDGER=(); LIMIT_EVERY=(); LIMIT_LOOKUP=()
+# The batch with the ledger's rows (new_payment_batched.sql with ledger_rows.sql before its
+# COMMIT), and with the events' numbering after it as well: every write of a new payment.
+BATCHED_LEDGER=$(mktemp --suffix=.sql); BATCHED_EVERY=$(mktemp --suffix=.sql)
 { grep -v '^COMMIT;$' scripts/pgbench/new_payment_batched.sql; cat scripts/pgbench/ledger_rows.sql; echo 'COMMIT;'; } >"$BATCHED_LEDGER"
+cat "$BATCHED_LEDGER" scripts/pgbench/event_numbering.sql >"$BATCHED_EVERY"
+"${PSQL[@]}" -d "$DB" -c "CREATE SEQUENCE IF NOT EXISTS bench_event_seq"
 for _ in $(seq 1 "$RUNS"); do
   LIMIT_NEW+=("$(pgbench_tps scripts/pgbench/new_payment.sql)")
   LIMIT_BATCHED+=("$(awk -v t="$(pgbench_tps scripts/pgbench/new_payment_batched.sql)" 'BEGIN { printf "%.0f", t * 16 }')")
   LIMIT_LEDGER+=("$(awk -v t="$(pgbench_tps "$BATCHED_LEDGER")" 'BEGIN { printf "%.0f", t * 16 }')")
+  LIMIT_EVERY+=("$(awk -v t="$(pgbench_tps "$BATCHED_EVERY")" 'BEGIN { printf "%.0f", t * 16 }')")
 done
 # The ledger is append-only (its triggers refuse DELETE); TRUNCATE fires no row trigger.
 "${PSQL[@]}" -d "$DB" -c "TRUNCATE ledger_entries, balance_transactions"
-"${PSQL[@]}" -d "$DB" -c "DELETE FROM events WHERE merchant_id = 'mer_bench'" -c "DELETE FROM payments WHERE merchant_id = 'mer_bench' AND idempotency_key NOT LIKE 'lookup-%'" -c "VACUUM ANALYZE" -c "CHECKPOINT"
+"${PSQL[@]}" -d "$DB" -c "DELETE FROM events WHERE merchant_id = 'mer_bench'" -c "DELETE FROM payments WHERE merchant_id = 'mer_bench' AND idempotency_key NOT LIKE 'lookup-%'" -c "DROP SEQUENCE bench_event_seq" -c "VACUUM ANALYZE" -c "CHECKPOINT"
 
 : >/tmp/payments-bench-service.log
 start_service "$PORT" 0
@@ -233,6 +238,7 @@ limit_naive=$(printf '%s\n' "${LIMIT_NAIVE[@]}" | median)
 spread_rps=$(for l in "${SPREAD[@]}"; do echo "$l" | field rps; done | median)
 limit_batched=$(printf '%s\n' "${LIMIT_BATCHED[@]}" | median)
 limit_ledger=$(printf '%s\n' "${LIMIT_LEDGER[@]}" | median)
+limit_every=$(printf '%s\n' "${LIMIT_EVERY[@]}" | median)
 limit_lookup=$(printf '%s\n' "${LIMIT_LOOKUP[@]}" | median)
 slow_rps=$(echo "$SLOW" | field rps)
 slow10k_rps=$(echo "$SLOW10K" | field rps)
@@ -242,7 +248,8 @@ cat <<SUMMARY
 pgbench   : naive (claim insert + finishing update, two autocommit statements) $(printf '%s\n' "${LIMIT_NAIVE[@]}" | stats) tps
 pgbench   : two-transaction new payment $(printf '%s\n' "${LIMIT_NEW[@]}" | stats) tps
 pgbench   : batched (16 per batch) $(printf '%s\n' "${LIMIT_BATCHED[@]}" | stats) payments/s
-pgbench   : batched with the ledger's rows (every row a new payment writes) $(printf '%s\n' "${LIMIT_LEDGER[@]}" | stats) payments/s; $(ratio "$limit_ledger" "$limit_naive")x the naive limit
+pgbench   : batched with the ledger's rows (every row a new payment inserts) $(printf '%s\n' "${LIMIT_LEDGER[@]}" | stats) payments/s; $(ratio "$limit_ledger" "$limit_naive")x the naive limit
+pgbench   : batched with the ledger's rows and the events' numbering (every write of a new payment) $(printf '%s\n' "${LIMIT_EVERY[@]}" | stats) payments/s; $(ratio "$limit_every" "$limit_naive")x the naive limit
 pgbench   : replay lookup $(printf '%s\n' "${LIMIT_LOOKUP[@]}" | stats) tps
 new       : $(for l in "${NEW[@]}"; do echo "$l" | field rps; done | stats) requests/s; last run: $(echo "${NEW[-1]}" | sed 's/^RESULT //')
             mean batch: $CLAIM_BATCH claims, $FINISH_BATCH finishes per statement
@@ -255,7 +262,7 @@ slow 10k  : $(echo "$SLOW10K" | sed 's/^RESULT //'); /new $(ratio "$slow10k_rps"
 storm x3  : $(echo "$STORM3" | sed 's/^RESULT //' | tr '\n' ' ') provider charges: $STORM3_CHARGES, rows for storm keys: $STORM_ROWS, their balance transactions: $STORM_TXNS (2 storms: target 2 and 2)
 new @1M   : stored/new per pair: $SIZE_RATIOS (its runs: $SIZE_LOG)
 ledger    : new (one merchant)/new over 100 merchants $(ratio "$new_rps" "$spread_rps") (target >= 0.9), new/naive limit $(ratio "$new_rps" "$limit_naive") (target >= 2; each run over the naive run just before it: $(printf '%s\n' "${NEW_PAIRS[@]}" | paste -sd' '))
-ratios    : new/two-transaction limit $(ratio "$new_rps" "$limit_new") (target >= 1.0), new/batched limit $(ratio "$new_rps" "$limit_batched"), new/batched limit with the ledger $(ratio "$new_rps" "$limit_ledger"), replay/lookup limit $(ratio "$replay_rps" "$limit_lookup") (target >= 2.5; each run over the lookup run just before it: $(printf '%s\n' "${REPLAY_PAIRS[@]}" | paste -sd' '))
+ratios    : new/two-transaction limit $(ratio "$new_rps" "$limit_new") (target >= 1.0), new/batched limit $(ratio "$new_rps" "$limit_batched"), new/batched limit with the ledger $(ratio "$new_rps" "$limit_ledger"), with every write $(ratio "$new_rps" "$limit_every"), replay/lookup limit $(ratio "$replay_rps" "$limit_lookup") (target >= 2.5; each run over the lookup run just before it: $(printf '%s\n' "${REPLAY_PAIRS[@]}" | paste -sd' '))
             slow($SLOW_MS ms, $SLOW_CONNECTIONS conn)/new $(ratio "$slow_rps" "$new_rps") (target >= 0.8; $SLOW_CONNECTIONS connections at $SLOW_MS ms allow at most $SLOW_CEILING/s: $(ratio "$slow_rps" "$SLOW_CEILING") of that), new@1M/new ${SIZE_RATIOS##* } (target >= 0.9; in turn with a new database)
 peak RSS  : ${PEAK_RSS} MiB, the highest of every instance over every scenario (target <= 64 MiB)
 alone     : $(echo "$ALONE" | sed 's/^RESULT //'); peak RSS of the service $ALONE_RSS MiB, of provider-sim $SIM_RSS MiB
