@@ -27,18 +27,22 @@ pub async fn events(
     use crate::events::EventType;
     let query = query.into_inner();
     let kind = match layout::known_filter("type", query.event_type.as_deref(), EventType::parse) {
-        Ok(kind) => kind.map(|t| t.as_str().to_owned()),
+        Ok(kind) => kind,
         Err(unknown) => return unknown.page(),
     };
     let after = query.starting_after.filter(|a| !a.is_empty());
-    let (merchant_id, wanted, cursor) = (session.merchant.id.clone(), kind.clone(), after);
+    let (merchant_id, wanted, cursor) = (
+        session.merchant.id.clone(),
+        kind.map(EventType::as_str),
+        after,
+    );
     let listed = state
         .db
         .run(move |conn| {
             crate::db::events::list_newest_first(
                 conn,
                 &merchant_id,
-                wanted.as_deref(),
+                wanted,
                 cursor.as_deref(),
                 PAGE_SIZE,
             )
@@ -62,7 +66,7 @@ pub async fn events(
                     select #type name="type" {
                         option value="" { "any" }
                         @for t in EventType::ALL {
-                            option value=(t.as_str()) selected[kind.as_deref() == Some(t.as_str())] { (t.as_str()) }
+                            option value=(t.as_str()) selected[kind == Some(t)] { (t.as_str()) }
                         }
                     }
                 }
@@ -78,7 +82,7 @@ pub async fn events(
             @if has_more {
                 @if let Some(last) = rows.last() {
                     p {
-                        a href={ "/dashboard/events?starting_after=" (last.id) "&type=" (kind.clone().unwrap_or_default()) } { "Next page" }
+                        a href={ "/dashboard/events?starting_after=" (last.id) "&type=" (kind.map(EventType::as_str).unwrap_or_default()) } { "Next page" }
                     }
                 }
             }

@@ -72,7 +72,7 @@ pub async fn payments(
     }
     let status = match layout::known_filter("status", query.status.as_deref(), PaymentStatus::parse)
     {
-        Ok(status) => status.map(|s| s.as_str().to_owned()),
+        Ok(status) => status,
         Err(unknown) => return unknown.page(),
     };
     let customer = non_empty(&query.customer);
@@ -103,7 +103,7 @@ pub async fn payments(
     let filter = ListFilter {
         limit: PAGE_SIZE,
         starting_after: non_empty(&query.starting_after),
-        status: status.clone(),
+        status,
         customer_id: customer.clone(),
         created_from,
         created_before: to_day.map(|d| d + chrono::Duration::days(1)),
@@ -124,8 +124,8 @@ pub async fn payments(
             "/dashboard/payments?starting_after={}",
             rows.last().map(|p| p.id.as_str()).unwrap_or_default()
         );
-        if let Some(status) = &status {
-            link.push_str(&format!("&status={status}"));
+        if let Some(status) = status {
+            link.push_str(&format!("&status={}", status.as_str()));
         }
         if let Some(customer) = &customer {
             link.push_str("&customer=");
@@ -161,7 +161,7 @@ pub async fn payments(
                     select #status name="status" {
                         option value="" { "any" }
                         @for s in PaymentStatus::ALL {
-                            option value=(s.as_str()) selected[status.as_deref() == Some(s.as_str())] { (s.as_str()) }
+                            option value=(s.as_str()) selected[status == Some(*s)] { (s.as_str()) }
                         }
                     }
                 }

@@ -183,15 +183,13 @@ pub async fn list(
     let status = query
         .get("status")
         .map(|v| {
-            PaymentStatus::parse(v)
-                .map(|s| s.as_str().to_owned())
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        "status",
-                        "`status` must be processing, requires_capture, succeeded, failed or \
-                         canceled",
-                    )
-                })
+            PaymentStatus::parse(v).ok_or_else(|| {
+                ApiError::invalid(
+                    "status",
+                    "`status` must be processing, requires_capture, succeeded, failed or \
+                     canceled",
+                )
+            })
         })
         .transpose()?;
     let filter = ListFilter {

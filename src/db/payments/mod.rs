@@ -180,7 +180,7 @@ pub fn finish_many(conn: &mut DbConnection, rows: &[&PaymentRow]) -> QueryResult
 pub struct ListFilter {
     pub limit: i64,
     pub starting_after: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<PaymentStatus>,
     pub customer_id: Option<String>,
     /// Made at or after this moment (the dashboard's date filter).
     pub created_from: Option<Timestamp>,
@@ -209,8 +209,8 @@ pub fn list(
     if let Some(cursor) = &filter.starting_after {
         query = query.filter(payments::id.lt(cursor));
     }
-    if let Some(status) = &filter.status {
-        query = query.filter(payments::status.eq(status));
+    if let Some(status) = filter.status {
+        query = query.filter(payments::status.eq(status.as_str()));
     }
     if let Some(customer) = &filter.customer_id {
         query = query.filter(payments::customer_id.eq(customer));
