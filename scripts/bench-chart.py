@@ -4,7 +4,8 @@ ledger, the service's rate beside PostgreSQL's own limit measured in the same si
 payments against the naive limit, replays against the lookup), with the ratio above each pair
 and the targets as lines; where a sitting measured it, a dashed line marks what PostgreSQL
 alone did with every write of a new payment (the ceiling no service in front of it passes).
-The host's speed drifts between sittings, so the ratios are what compare. Usage: scripts/bench-chart.py (after adding a row to docs/sittings.csv)."""
+The host's speed drifts between sittings, so the ratios are what compare.
+Usage: scripts/bench-chart.py (after adding a row to docs/sittings.csv)."""
 import csv
 import pathlib
 

@@ -100,6 +100,8 @@ echo "== limit: pgbench, $CONNECTIONS clients, prepared, $RUNS runs each"
   SELECT 'pay_lookup_' || n, 'mer_bench', 'lookup-' || n, 'fp', 2000, 'usd', 'pm_card_visa', '{}', 'succeeded', 0, 201, repeat('x', 400), 1, now(), now() FROM generate_series(1, 1000) n"
 # pgbench_tps SCRIPT [DATABASE]: its transactions per second on DATABASE ($DB by default)
 pgbench_tps() { pgbench -n -h 127.0.0.1 -U postgres -c "$CONNECTIONS" -j 2 -M prepared -T "$SECONDS_PER_RUN" -f "$1" "${2:-$DB}" 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
+# batched_rate SCRIPT: payments/s of a script whose transactions each write a batch of 16
+batched_rate() { awk -v t="$(pgbench_tps "$1")" 'BEGIN { printf "%.0f", t * 16 }'; }
 LIMIT_NAIVE=(); LIMIT_NEW=(); LIMIT_BATCHED=(); LIMIT_LEDGER=(); LIMIT_EVERY=(); LIMIT_LOOKUP=()
 # The batch with the ledger's rows (new_payment_batched.sql with ledger_rows.sql before its
 # COMMIT), and with the events' numbering after it as well: every write of a new payment.
@@ -109,9 +111,9 @@ cat "$BATCHED_LEDGER" scripts/pgbench/event_numbering.sql >"$BATCHED_EVERY"
 "${PSQL[@]}" -d "$DB" -c "CREATE SEQUENCE IF NOT EXISTS bench_event_seq"
 for _ in $(seq 1 "$RUNS"); do
   LIMIT_NEW+=("$(pgbench_tps scripts/pgbench/new_payment.sql)")
-  LIMIT_BATCHED+=("$(awk -v t="$(pgbench_tps scripts/pgbench/new_payment_batched.sql)" 'BEGIN { printf "%.0f", t * 16 }')")
-  LIMIT_LEDGER+=("$(awk -v t="$(pgbench_tps "$BATCHED_LEDGER")" 'BEGIN { printf "%.0f", t * 16 }')")
-  LIMIT_EVERY+=("$(awk -v t="$(pgbench_tps "$BATCHED_EVERY")" 'BEGIN { printf "%.0f", t * 16 }')")
+  LIMIT_BATCHED+=("$(batched_rate scripts/pgbench/new_payment_batched.sql)")
+  LIMIT_LEDGER+=("$(batched_rate "$BATCHED_LEDGER")")
+  LIMIT_EVERY+=("$(batched_rate "$BATCHED_EVERY")")
 done
 # The ledger is append-only (its triggers refuse DELETE); TRUNCATE fires no row trigger.
 "${PSQL[@]}" -d "$DB" -c "TRUNCATE ledger_entries, balance_transactions"
