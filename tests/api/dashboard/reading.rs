@@ -243,3 +243,45 @@ async fn a_filter_that_names_nothing_is_refused_rather_than_ignored() {
     assert_eq!(refused.status, 400);
     assert!(refused.text().contains("lost"));
 }
+
+#[actix_web::test]
+async fn a_status_or_type_filter_is_kept_as_selected_and_rides_along_to_the_next_page() {
+    let app = spawn_app().await;
+    // One more than a page of each: 26 payments succeeded, each with its event.
+    let mut ids = Vec::new();
+    for _ in 0..26 {
+        ids.push(app.paid_payment(1000).await);
+    }
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(&app.api_key).await;
+
+    let payments = visitor
+        .get("/dashboard/payments?status=succeeded")
+        .await
+        .text();
+    assert!(
+        payments.contains(r#"<option value="succeeded" selected>"#),
+        "the status is selected: {payments}"
+    );
+    assert!(
+        payments.contains(&format!("starting_after={}&amp;status=succeeded", ids[1])),
+        "the next page keeps the status: {payments}"
+    );
+
+    let events = visitor
+        .get("/dashboard/events?type=payment.succeeded")
+        .await
+        .text();
+    assert!(
+        events.contains(r#"<option value="payment.succeeded" selected>"#),
+        "the type is selected: {events}"
+    );
+    assert!(
+        events.contains("&amp;type=payment.succeeded\">Next page"),
+        "the next page keeps the type: {events}"
+    );
+    // Without a filter, no option but "any" is selected and the link carries none.
+    let all = visitor.get("/dashboard/events").await.text();
+    assert!(!all.contains(" selected>payment."), "{all}");
+    assert!(all.contains("&amp;type=\">Next page"), "{all}");
+}
