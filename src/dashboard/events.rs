@@ -31,11 +31,9 @@ pub async fn events(
         Err(unknown) => return unknown.page(),
     };
     let after = query.starting_after.filter(|a| !a.is_empty());
-    let (merchant_id, wanted, cursor) = (
-        session.merchant.id.clone(),
-        kind.map(EventType::as_str),
-        after,
-    );
+    // As text for the query and the next page's link.
+    let wanted = kind.map(EventType::as_str);
+    let (merchant_id, cursor) = (session.merchant.id.clone(), after);
     let listed = state
         .db
         .run(move |conn| {
@@ -82,7 +80,7 @@ pub async fn events(
             @if has_more {
                 @if let Some(last) = rows.last() {
                     p {
-                        a href={ "/dashboard/events?starting_after=" (last.id) "&type=" (kind.map(EventType::as_str).unwrap_or_default()) } { "Next page" }
+                        a href={ "/dashboard/events?starting_after=" (last.id) "&type=" (wanted.unwrap_or_default()) } { "Next page" }
                     }
                 }
             }
