@@ -12,16 +12,22 @@ fn day(offset: i64) -> String {
         .to_string()
 }
 
-#[actix_web::test]
-async fn payments_are_filtered_by_day_and_the_days_follow_the_pages() {
-    let app = spawn_app().await;
-    // One more than a page, so the filter has to ride along to the next one.
+/// 26 paid payments, one more than a dashboard page, oldest first, and a visitor signed in.
+async fn a_page_and_one_more(app: &crate::support::TestApp) -> (Vec<String>, Visitor<'_>) {
     let mut ids = Vec::new();
     for _ in 0..26 {
         ids.push(app.paid_payment(1000).await);
     }
-    let mut visitor = Visitor::new(&app);
+    let mut visitor = Visitor::new(app);
     visitor.sign_in(&app.api_key).await;
+    (ids, visitor)
+}
+
+#[actix_web::test]
+async fn payments_are_filtered_by_day_and_the_days_follow_the_pages() {
+    let app = spawn_app().await;
+    // One more than a page, so the filter has to ride along to the next one.
+    let (ids, visitor) = a_page_and_one_more(&app).await;
     let (yesterday, today, tomorrow) = (day(-1), day(0), day(1));
 
     let first = visitor
@@ -248,12 +254,7 @@ async fn a_filter_that_names_nothing_is_refused_rather_than_ignored() {
 async fn a_status_or_type_filter_is_kept_as_selected_and_rides_along_to_the_next_page() {
     let app = spawn_app().await;
     // One more than a page of each: 26 payments succeeded, each with its event.
-    let mut ids = Vec::new();
-    for _ in 0..26 {
-        ids.push(app.paid_payment(1000).await);
-    }
-    let mut visitor = Visitor::new(&app);
-    visitor.sign_in(&app.api_key).await;
+    let (ids, visitor) = a_page_and_one_more(&app).await;
 
     let payments = visitor
         .get("/dashboard/payments?status=succeeded")
